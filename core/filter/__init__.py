@@ -1,0 +1,1 @@
+"""Waystation: core/filter."""
