@@ -1,1 +1,25 @@
-"""Waystation: config."""
+"""Waystation configuration: TOML files validated into ``Config`` (see ``config.schema``).
+
+    from config import load_config, ConfigError
+    cfg = load_config("site.toml")      # or None for the embedded default
+    cfg.node.name, cfg.acceptors.enabled(), cfg.engine_address_settings()
+
+``ConfigError.problems`` lists every problem, one line each, naming file, key path and cause.
+"""
+
+from __future__ import annotations
+
+from config.errors import ConfigError
+from config.loader import default_config, load_config, parse_config
+from config.passwords import hash_password, verify_password
+from config.schema import Config
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "default_config",
+    "hash_password",
+    "load_config",
+    "parse_config",
+    "verify_password",
+]

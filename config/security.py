@@ -1,0 +1,86 @@
+"""``[[users]]``, ``[[permissions]]`` and ``[security]``.
+
+Permissions do not merge: for an address, only the most specific matching ``match`` pattern
+applies, and a permission it leaves out is denied there (HornetQ semantics).
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from pydantic import Field, model_validator
+
+from config.errors import Problems
+from config.fields import AddressPattern, Name, PasswordHashText, Section
+from config.passwords import verify_password
+
+PERMISSIONS = (
+    "send",
+    "consume",
+    "browse",
+    "create_durable_queue",
+    "delete_durable_queue",
+    "create_non_durable_queue",
+    "delete_non_durable_queue",
+    "manage",
+)
+
+
+class UserConfig(Section):
+    name: Name = Field(description="Login name, unique.")
+    password: str | None = Field(
+        default=None, min_length=1, description="Plain-text password: allowed, but prefer password_hash."
+    )
+    password_hash: PasswordHashText | None = Field(
+        default=None, description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m config.passwords)."
+    )
+    roles: list[Name] = Field(default_factory=list, description="Roles granted to this user.")
+
+    @model_validator(mode="after")
+    def _one_password(self) -> UserConfig:
+        if (self.password is None) == (self.password_hash is None):
+            raise Problems([((), "give exactly one of password or password_hash")])
+        return self
+
+    def check_password(self, candidate: str) -> bool:
+        """Constant-time check of ``candidate`` against the configured password or hash."""
+        if self.password_hash is not None:
+            return verify_password(candidate, self.password_hash)
+        return hmac.compare_digest(candidate.encode(), (self.password or "").encode())
+
+
+class PermissionConfig(Section):
+    match: AddressPattern = Field(description="Address pattern these grants apply to (most specific wins).")
+    send: list[Name] = Field(default_factory=list, description="Roles that may send.")
+    consume: list[Name] = Field(default_factory=list, description="Roles that may consume.")
+    browse: list[Name] = Field(default_factory=list, description="Roles that may browse.")
+    create_durable_queue: list[Name] = Field(default_factory=list, description="Roles that may create durable queues.")
+    delete_durable_queue: list[Name] = Field(default_factory=list, description="Roles that may delete durable queues.")
+    create_non_durable_queue: list[Name] = Field(
+        default_factory=list, description="Roles that may create non-durable and temporary queues."
+    )
+    delete_non_durable_queue: list[Name] = Field(
+        default_factory=list, description="Roles that may delete non-durable and temporary queues."
+    )
+    manage: list[Name] = Field(default_factory=list, description="Roles that may use management.")
+
+    def roles(self, permission: str) -> list[str]:
+        """Roles granted ``permission`` (one of PERMISSIONS)."""
+        if permission not in PERMISSIONS:
+            raise KeyError(permission)
+        roles: list[str] = getattr(self, permission)
+        return roles
+
+    def grants(self) -> dict[str, list[str]]:
+        return {p: self.roles(p) for p in PERMISSIONS}
+
+
+class SecurityConfig(Section):
+    enabled: bool = Field(
+        default=False, description="Check logins and permissions. Default: true when any [[users]] are declared."
+    )
+    allow_anonymous: bool = Field(default=False, description="Accept connections without credentials.")
+    anonymous_roles: list[Name] = Field(default_factory=list, description="Roles of anonymous connections.")
+
+
+__all__ = ["PERMISSIONS", "PermissionConfig", "SecurityConfig", "UserConfig"]

@@ -1,0 +1,183 @@
+"""A consumer attached to a queue: its filter, credit window and messages in flight.
+
+The engine pushes deliveries to a ``DeliveryHandler`` (the protocol adapter) while the consumer
+has credit; the adapter acks, nacks or closes.  Credit is counted in unacknowledged messages
+(``window``; 0 = unbounded) and can be paused as a whole when the client's socket is full.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Protocol
+
+from core.filter import Filter
+from core.message import Message
+
+if TYPE_CHECKING:
+    from core.queue import Queue
+    from core.transaction import Transaction
+
+
+class MessageRef:
+    """One message's place in one queue."""
+
+    __slots__ = ("message", "queue", "rid", "delivery_count", "group")
+
+    def __init__(self, message: Message, queue: Queue, rid: int = 0, delivery_count: int = 0) -> None:
+        self.message = message
+        self.queue = queue
+        self.rid = rid  # journal record id of this reference; 0 when not persisted
+        self.delivery_count = delivery_count
+        self.group: str | None = None
+
+
+class Delivery:
+    """What a handler receives: the message, which attempt this is, and the tag to ack it by."""
+
+    __slots__ = ("consumer", "ref", "tag")
+
+    def __init__(self, consumer: Consumer, ref: MessageRef, tag: int) -> None:
+        self.consumer = consumer
+        self.ref = ref
+        self.tag = tag
+
+    @property
+    def message(self) -> Message:
+        return self.ref.message
+
+    @property
+    def delivery_count(self) -> int:
+        return self.ref.delivery_count
+
+    @property
+    def redelivered(self) -> bool:
+        return self.ref.delivery_count > 1
+
+
+class DeliveryHandler(Protocol):
+    def deliver(self, delivery: Delivery) -> None:
+        """Called on the event loop for each message; must not block."""
+
+    def consumer_closed(self, consumer: Consumer, reason: str) -> None:
+        """The engine closed the consumer (queue deleted, node stopping)."""
+
+
+class ConsumerError(Exception):
+    pass
+
+
+class Consumer:
+    __slots__ = (
+        "queue",
+        "handler",
+        "filter",
+        "auto_ack",
+        "window",
+        "in_flight",
+        "paused",
+        "closed",
+        "_next_tag",
+        "name",
+        "delivered",
+        "acked",
+    )
+
+    def __init__(
+        self,
+        queue: Queue,
+        handler: DeliveryHandler,
+        *,
+        filter: Filter | None = None,
+        auto_ack: bool = False,
+        window: int = 0,
+        name: str = "",
+    ) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.filter = filter
+        self.auto_ack = auto_ack
+        self.window = window
+        self.in_flight: OrderedDict[int, MessageRef] = OrderedDict()
+        self.paused = False
+        self.closed = False
+        self._next_tag = 0
+        self.name = name
+        self.delivered = 0
+        self.acked = 0
+
+    def ready(self) -> bool:
+        return not self.paused and not self.closed and (self.window <= 0 or len(self.in_flight) < self.window)
+
+    def _deliver(self, ref: MessageRef) -> None:
+        self._next_tag += 1
+        tag = self._next_tag
+        ref.delivery_count += 1
+        self.delivered += 1
+        if not self.auto_ack:
+            self.in_flight[tag] = ref
+        self.handler.deliver(Delivery(self, ref, tag))
+
+    # -- flow control -------------------------------------------------------------------
+    def pause(self) -> None:
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            self.paused = False
+            self.queue.dispatch()
+
+    def set_window(self, window: int) -> None:
+        self.window = window
+        self.queue.dispatch()
+
+    # -- settlement ---------------------------------------------------------------------
+    def _take(self, tag: int) -> MessageRef:
+        ref = self.in_flight.pop(tag, None)
+        if ref is None:
+            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        return ref
+
+    def ack(self, tag: int, tx: Transaction | None = None) -> None:
+        """Acknowledge one message."""
+        ref = self._take(tag)
+        self.acked += 1
+        self.queue.acknowledge(ref, tx, self)
+
+    def ack_cumulative(self, tag: int, tx: Transaction | None = None) -> int:
+        """Acknowledge ``tag`` and every earlier message in flight; returns how many."""
+        if tag not in self.in_flight:
+            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        n = 0
+        while self.in_flight:
+            t, ref = self.in_flight.popitem(last=False)
+            self.acked += 1
+            self.queue.acknowledge(ref, tx, self)
+            n += 1
+            if t == tag:
+                break
+        return n
+
+    def nack(self, tag: int, tx: Transaction | None = None) -> None:
+        """Give a message back: it is redelivered after the address's redelivery delay, or
+        dead-lettered once it reached the maximum delivery attempts."""
+        ref = self._take(tag)
+        if tx is not None:
+            tx.add_nack(self, ref)
+        else:
+            self.queue.cancel([ref])
+        self.queue.dispatch()
+
+    def is_in_flight(self, tag: int) -> bool:
+        return tag in self.in_flight
+
+    def close(self) -> None:
+        """Detach; messages in flight go back to the queue (in their original order)."""
+        if self.closed:
+            return
+        self.closed = True
+        self.queue.remove_consumer(self)
+        refs = list(self.in_flight.values())
+        self.in_flight.clear()
+        if refs:
+            self.queue.cancel(refs)
+        self.queue.dispatch()

@@ -1,0 +1,400 @@
+"""The engine: the one object a protocol adapter talks to.
+
+It owns the post office, the store and the timers, recovers state on start, and offers the
+small API every adapter maps its protocol onto: make and send messages, subscribe with credit,
+ack/nack, transactions.  It never asks which protocol a message came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from core.consumer import Consumer, DeliveryHandler, MessageRef
+from core.divert import Divert, load_transformer
+from core.events import EventSink
+from core.filter import compile_filter
+from core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
+from core.persistence import Persistence
+from core.postoffice import PostOffice, RoutingError
+from core.queue import ANYCAST, MULTICAST, Queue
+from core.security import SecurityManager
+from core.settings import AddressSettings, SettingsRepository
+from core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
+from core.transaction import Transaction, TransactionError
+
+log = logging.getLogger("waystation.engine")
+
+
+@dataclass(slots=True)
+class QueueSpec:
+    name: str
+    address: str | None = None
+    routing: str = ANYCAST
+    durable: bool = True
+    filter: str | None = None
+    exclusive: bool = False
+    max_consumers: int = -1
+
+
+@dataclass(slots=True)
+class DivertSpec:
+    name: str
+    address: str
+    target: str
+    filter: str | None = None
+    exclusive: bool = False
+    transformer: str | None = None
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    node_name: str = "waystation"
+    data_dir: Path | None = None
+    address_settings: dict[str, AddressSettings] = field(default_factory=dict)
+    queues: list[QueueSpec] = field(default_factory=list)
+    topics: list[str] = field(default_factory=list)
+    diverts: list[DivertSpec] = field(default_factory=list)
+    remote_nodes: set[str] = field(default_factory=set)
+    wildcard_routing: bool = True
+    expiry_scan_period: float = 1.0
+
+
+@dataclass(slots=True)
+class Subscription:
+    consumer: Consumer
+    queue: Queue
+    temporary: bool
+
+
+class Engine:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        journal: Journal | None = None,
+        *,
+        events: EventSink | None = None,
+        security: SecurityManager | None = None,
+    ) -> None:
+        self.config = config or EngineConfig()
+        self.journal: Journal = journal or MemoryJournal()
+        self.events = events
+        self.security = security or SecurityManager()
+        self.ids = IdGenerator()
+        self.settings = SettingsRepository(self.config.address_settings)
+        self.persistence = Persistence(self.journal, enabled=not isinstance(self.journal, MemoryJournal))
+        self.recovery_report = RecoveryReport()
+        self._post: PostOffice | None = None
+        self._reaper: asyncio.Task[None] | None = None
+        self.started = False
+
+    @property
+    def post(self) -> PostOffice:
+        if self._post is None:
+            raise RuntimeError("engine not started")
+        return self._post
+
+    @property
+    def node_name(self) -> str:
+        return self.config.node_name
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        cfg = self.config
+        state = await loop.run_in_executor(None, self.persistence.recover)
+        self.recovery_report = state.report
+        if state.report.torn_tail:
+            log.warning("store recovery: torn tail discarded: %s", state.report.torn_tail)
+        for problem in state.report.corrupt:
+            log.error("store recovery: %s", problem)
+        self.ids.raise_floor(state.max_id)
+        post = self._post = PostOffice(
+            cfg.node_name,
+            self.settings,
+            self.persistence,
+            self.ids,
+            events=self.events,
+            data_dir=cfg.data_dir,
+            wildcard_routing=cfg.wildcard_routing,
+            remote_nodes=cfg.remote_nodes,
+            loop=loop,
+        )
+        for rec in state.queues:
+            post.create_queue(
+                rec.name,
+                rec.address,
+                rec.routing,
+                durable=True,
+                filter=rec.filter,
+                exclusive=rec.exclusive,
+                max_consumers=rec.max_consumers,
+                auto_created=rec.auto_created,
+                qid=rec.rid,
+                persist=False,
+            )
+        for spec in cfg.queues:
+            if spec.name not in post.queues:
+                post.create_queue(
+                    spec.name,
+                    spec.address or spec.name,
+                    spec.routing,
+                    durable=spec.durable,
+                    filter=spec.filter,
+                    exclusive=spec.exclusive,
+                    max_consumers=spec.max_consumers,
+                )
+        for topic in cfg.topics:
+            post.ensure_address(topic, MULTICAST)
+        cleanup: list[Op] = []
+        used: set[int] = set()
+        for rid, qid, mid, count in sorted(state.refs):
+            q = post.by_id.get(qid)
+            msg = state.messages.get(mid)
+            if q is None or msg is None:
+                what = "queue" if q is None else "message"
+                state.report.corrupt.append(f"reference {rid} points at a missing {what}; removed")
+                cleanup.append(delete(rid))
+                continue
+            used.add(mid)
+            q.add(MessageRef(msg, q, rid, count), dispatch=False)
+        for mid in state.messages.keys() - used:
+            self.persistence.refcounts.pop(mid, None)
+            cleanup.append(delete(mid))
+        for rid, address, dup in sorted(state.duplicates):
+            post.restore_duplicate(rid, address, dup)
+        if cleanup:
+            self.persistence.write(cleanup, False)
+        for spec in cfg.diverts:
+            post.add_divert(
+                Divert(
+                    spec.name,
+                    spec.address,
+                    spec.target,
+                    spec.exclusive,
+                    compile_filter(spec.filter),
+                    load_transformer(spec.transformer) if spec.transformer else None,
+                )
+            )
+        self._reaper = loop.create_task(self._reap())
+        self.started = True
+        n = sum(q.depth for q in post.queues.values())
+        log.info(
+            "engine %s started: %d queues, %d messages recovered", cfg.node_name, len(post.queues), n
+        )
+
+    async def stop(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        # give messages in flight back (their delivery counts are persisted) without
+        # handing them to another consumer on the way out
+        consumers = [c for q in self.post.queues.values() for c in q.consumers]
+        for c in consumers:
+            c.paused = True
+        for c in consumers:
+            c.close()
+        await self.journal.flush()
+        await self.journal.close()
+        self.post.close()
+        if self.events is not None:
+            self.events.close()
+
+    async def _reap(self) -> None:
+        period = self.config.expiry_scan_period
+        while True:
+            await asyncio.sleep(period)
+            now = now_ms()
+            for q in list(self.post.queues.values()):
+                try:
+                    q.expire_scan(now)
+                except Exception:  # keep reaping the others
+                    log.exception("expiry scan of %s failed", q.name)
+
+    # -- producing ------------------------------------------------------------------------
+    def make_message(
+        self,
+        address: str,
+        body: bytes = b"",
+        properties: dict[str, PropertyValue] | None = None,
+        *,
+        durable: bool = False,
+        priority: int = DEFAULT_PRIORITY,
+        expiration: int = 0,
+        scheduled: int = 0,
+    ) -> Message:
+        return Message(
+            self.ids(),
+            address,
+            body,
+            properties if properties is not None else {},
+            durable,
+            priority,
+            now_ms(),
+            expiration,
+            scheduled,
+        )
+
+    def send(
+        self, msg: Message, *, routing: str | None = None, tx: Transaction | None = None
+    ) -> asyncio.Future[None] | None:
+        """Route a message.  A returned future resolves when a durable message is on disk."""
+        if tx is not None:
+            tx.add_send(msg)
+            return None
+        return self.post.send(msg, routing)
+
+    def blocked(self, address: str) -> asyncio.Future[None] | None:
+        return self.post.blocked(address)
+
+    async def flush(self) -> None:
+        """Wait until everything written so far (acks included) is on disk."""
+        await self.journal.flush()
+
+    # -- consuming ------------------------------------------------------------------------
+    def queue(self, name: str) -> Queue | None:
+        return self.post.queues.get(name)
+
+    def resolve_routing(self, address: str) -> str:
+        """For a destination given without a routing hint: an existing queue of that name is
+        anycast, an existing multicast address is multicast, anything else anycast."""
+        if address in self.post.queues:
+            return ANYCAST
+        info = self.post.addresses.get(address)
+        return info.routing if info is not None else ANYCAST
+
+    def subscribe(
+        self,
+        address: str,
+        handler: DeliveryHandler,
+        *,
+        routing: str | None = None,
+        selector: str | None = None,
+        durable_name: str | None = None,
+        auto_ack: bool = False,
+        window: int | None = None,
+        owner: object = None,
+        name: str = "",
+    ) -> Subscription:
+        """Attach a consumer: to the queue ``address`` (anycast) or to a new or durable
+        subscription queue on the multicast address ``address``."""
+        post = self.post
+        routing = routing or self.resolve_routing(address)
+        filt = compile_filter(selector)
+        if routing == ANYCAST:
+            q = post.queues.get(address)
+            if q is None:
+                s = self.settings.resolve(address)
+                if not s.auto_create_queues:
+                    raise RoutingError(f"queue {address!r} does not exist")
+                q = post.create_queue(address, address, ANYCAST, durable=True, auto_created=True)
+            c = q.add_consumer(handler, filter=filt, auto_ack=auto_ack, window=window, name=name)
+            return Subscription(c, q, False)
+        info = post.addresses.get(address)
+        if info is None:
+            if not self.settings.resolve(address).auto_create_addresses:
+                raise RoutingError(f"address {address!r} does not exist")
+            post.ensure_address(address, MULTICAST, auto_created=True)
+        if durable_name:
+            q = post.queues.get(durable_name)
+            if q is not None and (q.address != address or (q.filter.text if q.filter else None) != (filt.text if filt else None)):
+                log.info("durable subscription %s changed address or selector: recreated", durable_name)
+                post.delete_queue(durable_name)
+                q = None
+            if q is None:
+                q = post.create_queue(durable_name, address, MULTICAST, durable=True, filter=selector)
+            c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
+            return Subscription(c, q, False)
+        qname = f"tmp.{uuid.uuid4().hex}"
+        q = post.create_queue(qname, address, MULTICAST, durable=False, temporary=True, filter=selector, owner=owner)
+        c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
+        return Subscription(c, q, True)
+
+    def unsubscribe(self, sub: Subscription, *, delete_durable: bool = False) -> None:
+        sub.consumer.close()
+        if (sub.temporary or delete_durable) and sub.queue.name in self.post.queues:
+            self.post.delete_queue(sub.queue.name)
+
+    def create_queue(self, name: str, address: str | None = None, **kw: object) -> Queue:
+        return self.post.create_queue(name, address, **kw)  # type: ignore[arg-type]
+
+    def delete_queue(self, name: str) -> None:
+        self.post.delete_queue(name)
+
+    def close_owner(self, owner: object) -> None:
+        """Delete the temporary queues a closing connection owned."""
+        for q in [q for q in self.post.queues.values() if q.temporary and q.owner is owner]:
+            self.post.delete_queue(q.name)
+
+    # -- transactions ---------------------------------------------------------------------
+    def begin(self, tx_id: str = "") -> Transaction:
+        return Transaction(tx_id or uuid.uuid4().hex)
+
+    def commit(self, tx: Transaction) -> asyncio.Future[None] | None:
+        """Route the sends and settle the acks of ``tx`` as one atomic batch."""
+        if tx.state != "active":
+            raise TransactionError(f"transaction {tx.id!r} is {tx.state}")
+        tx.state = "committed"
+        post = self.post
+        ops: list[Op] = []
+        sync = False
+        for msg in tx.sends:
+            post.check_full(msg.address)
+        for msg in tx.sends:
+            sync |= post.route(msg, ops)
+        for _consumer, ref in tx.acks:
+            ref.queue.messages_acked += 1
+            if ref.rid:
+                self.persistence.unref_ops(ref.rid, ref.message, ops)
+                sync = True
+            if self.events is not None:
+                m = ref.message
+                self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name, tx=tx.id)
+        for _consumer, ref in tx.nacks:
+            ref.queue.cancel([ref])
+            ref.queue.dispatch()
+        if not ops:
+            return None
+        return self.persistence.write(ops, sync)  # type: ignore[return-value]
+
+    def rollback(self, tx: Transaction) -> None:
+        """Drop the sends; give acked and nacked messages back for redelivery."""
+        if tx.state != "active":
+            return
+        tx.state = "rolled back"
+        refs = [r for _, r in tx.acks] + [r for _, r in tx.nacks]
+        by_queue: dict[Queue, list[MessageRef]] = {}
+        for ref in refs:
+            by_queue.setdefault(ref.queue, []).append(ref)
+        for q, qrefs in by_queue.items():
+            q.cancel(qrefs)
+            q.dispatch()
+
+    # -- introspection --------------------------------------------------------------------
+    def stats(self) -> dict[str, object]:
+        post = self.post
+        return {
+            "node": self.node_name,
+            "queues": {
+                q.name: {
+                    "address": q.address,
+                    "routing": q.routing,
+                    "durable": q.durable,
+                    "depth": q.depth,
+                    "in_flight": q.in_flight,
+                    "consumers": len(q.consumers),
+                    "added": q.messages_added,
+                    "acked": q.messages_acked,
+                }
+                for q in post.queues.values()
+            },
+            "store": self.journal.stats(),
+        }

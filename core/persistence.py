@@ -1,0 +1,134 @@
+"""How engine state maps onto journal records, and back on recovery.
+
+Records: a message (its id is the record id), a reference of a message in a durable queue
+(with its delivery count), a durable queue definition, and a duplicate id.  A message record
+is deleted together with its last reference, in the same atomic batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import msgpack
+
+from core.message import Message
+from core.store.api import Journal, Op, RecoveryReport, delete, put
+
+log = logging.getLogger("waystation.persistence")
+
+RT_MESSAGE = 1
+RT_REF = 2
+RT_QUEUE = 3
+RT_DUPLICATE = 4
+
+_pack = msgpack.Packer(use_bin_type=True).pack
+
+
+def _unpack(data: bytes) -> object:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+@dataclass(slots=True)
+class QueueRecord:
+    rid: int
+    name: str
+    address: str
+    routing: str
+    filter: str | None
+    exclusive: bool = False
+    max_consumers: int = -1
+    auto_created: bool = False
+
+    def encode(self) -> bytes:
+        return _pack(
+            [self.name, self.address, self.routing, self.filter, self.exclusive, self.max_consumers, self.auto_created]
+        )
+
+    @staticmethod
+    def decode(rid: int, data: bytes) -> QueueRecord:
+        v = _unpack(data)
+        assert isinstance(v, list)
+        return QueueRecord(rid, *v)
+
+
+@dataclass(slots=True)
+class RecoveredState:
+    queues: list[QueueRecord] = field(default_factory=list)
+    messages: dict[int, Message] = field(default_factory=dict)
+    refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rid, qid, msg id, count)
+    duplicates: list[tuple[int, str, str | bytes]] = field(default_factory=list)  # (rid, address, id)
+    max_id: int = 0
+    report: RecoveryReport = field(default_factory=RecoveryReport)
+
+
+class Persistence:
+    """Builds journal batches and counts references per durable message."""
+
+    def __init__(self, journal: Journal, enabled: bool = True) -> None:
+        self.journal = journal
+        self.enabled = enabled
+        self.refcounts: dict[int, int] = {}
+
+    # -- batches --------------------------------------------------------------------------
+    @staticmethod
+    def message_op(msg: Message) -> Op:
+        return put(msg.id, RT_MESSAGE, msg.encode())
+
+    def ref_op(self, rid: int, qid: int, msg: Message, delivery_count: int) -> Op:
+        self.refcounts[msg.id] = self.refcounts.get(msg.id, 0) + 1
+        return put(rid, RT_REF, _pack((qid, msg.id, delivery_count)))
+
+    @staticmethod
+    def delivery_count_op(rid: int, qid: int, msg: Message, delivery_count: int) -> Op:
+        return put(rid, RT_REF, _pack((qid, msg.id, delivery_count)))
+
+    def unref_ops(self, rid: int, msg: Message, ops: list[Op]) -> None:
+        ops.append(delete(rid))
+        left = self.refcounts.get(msg.id, 1) - 1
+        if left <= 0:
+            self.refcounts.pop(msg.id, None)
+            ops.append(delete(msg.id))
+        else:
+            self.refcounts[msg.id] = left
+
+    @staticmethod
+    def queue_op(rec: QueueRecord) -> Op:
+        return put(rec.rid, RT_QUEUE, rec.encode())
+
+    @staticmethod
+    def duplicate_op(rid: int, address: str, dup_id: str | bytes) -> Op:
+        return put(rid, RT_DUPLICATE, _pack((address, dup_id)))
+
+    def write(self, ops: list[Op], sync: bool) -> object:
+        if not ops or not self.enabled:
+            return None
+        return self.journal.write(ops, sync)
+
+    # -- recovery -------------------------------------------------------------------------
+    def recover(self) -> RecoveredState:
+        rec = self.journal.open()
+        state = RecoveredState(report=rec.report)
+        max_id = 0
+        for rid, r in rec.records.items():
+            max_id = max(max_id, rid)
+            try:
+                if r.rtype == RT_MESSAGE:
+                    state.messages[rid] = Message.decode(r.data)
+                elif r.rtype == RT_REF:
+                    qid, mid, count = _unpack(r.data)  # type: ignore[misc]
+                    state.refs.append((rid, qid, mid, count))
+                elif r.rtype == RT_QUEUE:
+                    state.queues.append(QueueRecord.decode(rid, r.data))
+                elif r.rtype == RT_DUPLICATE:
+                    address, dup = _unpack(r.data)  # type: ignore[misc]
+                    state.duplicates.append((rid, address, dup))
+                else:
+                    state.report.corrupt.append(f"record {rid}: unknown record type {r.rtype}")
+            except Exception as e:  # a record that does not decode is reported, not loaded
+                state.report.corrupt.append(f"record {rid} (type {r.rtype}) does not decode: {e}")
+        state.max_id = max_id
+        for _, _, mid, _ in state.refs:
+            if mid in state.messages:
+                self.refcounts[mid] = self.refcounts.get(mid, 0) + 1
+        return state

@@ -1,0 +1,496 @@
+"""The post office: addresses, bindings and routing.
+
+A message sent to an address is copied to every queue bound there (exact bindings and, with
+wildcard routing, queues bound to matching patterns) whose filter accepts it; diverts move or
+copy it elsewhere first; ``node::address`` goes to the store-and-forward queue of that node.
+Everything one send changes on disk is written as one atomic journal batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+
+from core.address import is_wildcard, matches, split_remote, validate_name
+from core.consumer import Consumer, MessageRef
+from core.divert import Divert, DivertError, find_loop
+from core.duplicates import DuplicateCache
+from core.events import EventSink
+from core.filter import compile_filter
+from core.message import (
+    ACTUAL_EXPIRY,
+    DEAD_LETTER_DETAIL,
+    DEAD_LETTER_REASON,
+    ORIGINAL_ADDRESS,
+    ORIGINAL_QUEUE,
+    ROUTE_TO_NODE,
+    IdGenerator,
+    Message,
+    now_ms,
+)
+from core.persistence import Persistence, QueueRecord
+from core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
+from core.settings import FullPolicy, Resolved, SettingsRepository
+from core.store.api import Op, delete
+from core.transaction import Transaction
+
+log = logging.getLogger("waystation.postoffice")
+
+SF_PREFIX = "sf."
+MAX_ROUTE_DEPTH = 16
+
+# dead-letter reasons (DESIGN §2)
+EXPIRED = "expired"
+MAX_DELIVERIES = "max-deliveries"
+NO_ROUTE = "no-route"
+UNKNOWN_NODE = "invalid-remote-node"
+ADDRESS_FULL = "address-full"
+
+
+class RoutingError(Exception):
+    """The destination does not exist and may not be created."""
+
+
+class AddressFull(Exception):
+    """The address is over its size limit with the FAIL policy."""
+
+
+class QueueExists(Exception):
+    pass
+
+
+class AddressInfo:
+    __slots__ = ("name", "routing", "auto_created")
+
+    def __init__(self, name: str, routing: str, auto_created: bool = False) -> None:
+        self.name = name
+        self.routing = routing
+        self.auto_created = auto_created
+
+
+class PostOffice:
+    def __init__(
+        self,
+        node_name: str,
+        settings: SettingsRepository,
+        persistence: Persistence,
+        ids: IdGenerator,
+        *,
+        events: EventSink | None = None,
+        data_dir: Path | None = None,
+        wildcard_routing: bool = True,
+        remote_nodes: set[str] | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.node_name = node_name
+        self.repo = settings
+        self.persistence = persistence
+        self.ids = ids
+        self.events = events
+        self.data_dir = data_dir
+        self.wildcard_routing = wildcard_routing
+        self.remote_nodes = set(remote_nodes or ())
+        self.loop = loop or asyncio.get_event_loop()
+        self.queues: dict[str, Queue] = {}
+        self.by_id: dict[int, Queue] = {}
+        self.addresses: dict[str, AddressInfo] = {}
+        self._exact: dict[str, list[Queue]] = {}
+        self._wild: list[Queue] = []
+        self._route_cache: dict[str, list[Queue]] = {}
+        self.diverts: dict[str, Divert] = {}
+        self._divert_cache: dict[str, list[Divert]] = {}
+        self._dups: dict[str, DuplicateCache] = {}
+        self._usages: dict[str, AddressUsage] = {}
+        self._tmp_dir: Path | None = None
+
+    # -- QueueContext ---------------------------------------------------------------------
+    def settings(self, address: str) -> Resolved:
+        return self.repo.resolve(address)
+
+    def usage(self, address: str) -> AddressUsage:
+        u = self._usages.get(address)
+        if u is None:
+            u = self._usages[address] = AddressUsage(address)
+        return u
+
+    def memory_released(self, usage: AddressUsage) -> None:
+        limit = self.settings(usage.address).max_size_bytes
+        if limit < 0 or usage.memory_bytes < limit:
+            waiters, usage.waiters = usage.waiters, []
+            for w in waiters:
+                if not w.done():
+                    w.set_result(None)
+
+    def spill_dir(self, queue: Queue) -> Path:
+        if self.data_dir is not None:
+            base = self.data_dir / "paging"
+        else:
+            if self._tmp_dir is None:
+                self._tmp_dir = Path(tempfile.mkdtemp(prefix="waystation-paging-"))
+            base = self._tmp_dir
+        path = base / f"q{queue.id}"
+        if path.exists():
+            shutil.rmtree(path, ignore_errors=True)
+        return path
+
+    def on_delivered(self, ref: MessageRef, consumer: Consumer) -> None:
+        if self.events is not None:
+            m = ref.message
+            self.events.emit("delivered", m.id, m.address, m.size(), ref.queue.name, delivery_count=ref.delivery_count)
+
+    def on_acked(self, ref: MessageRef, tx: Transaction | None) -> None:
+        if ref.rid:
+            ops: list[Op] = []
+            self.persistence.unref_ops(ref.rid, ref.message, ops)
+            self.persistence.write(ops, False)
+        if self.events is not None:
+            m = ref.message
+            self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name)
+
+    def on_delivery_count(self, ref: MessageRef) -> None:
+        if ref.rid:
+            op = self.persistence.delivery_count_op(ref.rid, ref.queue.id, ref.message, ref.delivery_count)
+            self.persistence.write([op], False)
+
+    def on_replaced(self, ref: MessageRef) -> None:
+        self.on_acked(ref, None)
+
+    def dead_letter(self, ref: MessageRef, reason: str, detail: str = "") -> None:
+        ops: list[Op] = []
+        if ref.rid:
+            self.persistence.unref_ops(ref.rid, ref.message, ops)
+        dla = self.settings(ref.queue.address).dead_letter_address
+        self.dead_letter_message(ref.message, reason, detail, ops, dla, ref.queue.name)
+        self.persistence.write(ops, False)
+
+    def dead_letter_message(
+        self,
+        msg: Message,
+        reason: str,
+        detail: str,
+        ops: list[Op],
+        dla: str | None = None,
+        queue: str | None = None,
+    ) -> None:
+        if dla is None:
+            dla = self.settings(msg.address).dead_letter_address
+        if self.events is not None:
+            self.events.emit("dead-lettered", msg.id, msg.address, msg.size(), queue, reason=reason, dla=dla)
+        if not dla or dla == msg.address:
+            log.warning("message %d on %s dropped (%s: %s): no dead-letter address", msg.id, msg.address, reason, detail)
+            return
+        copy = msg.copy(self.ids(), dla)
+        copy.expiration = 0
+        copy.scheduled = 0
+        props = copy.properties
+        props.setdefault(ORIGINAL_ADDRESS, msg.address)
+        if queue is not None:
+            props.setdefault(ORIGINAL_QUEUE, queue)
+        props[DEAD_LETTER_REASON] = reason
+        if detail:
+            props[DEAD_LETTER_DETAIL] = detail
+        self._ensure_anycast(dla)
+        self._route_local(copy, ops, dead_letter=True)
+
+    def expire(self, ref: MessageRef) -> None:
+        msg = ref.message
+        ops: list[Op] = []
+        if ref.rid:
+            self.persistence.unref_ops(ref.rid, msg, ops)
+        target = self.settings(ref.queue.address).expiry_address
+        if self.events is not None:
+            self.events.emit("expired", msg.id, msg.address, msg.size(), ref.queue.name, expiry_address=target)
+        if target and target != msg.address:
+            copy = msg.copy(self.ids(), target)
+            copy.expiration = 0
+            copy.properties.setdefault(ORIGINAL_ADDRESS, msg.address)
+            copy.properties.setdefault(ORIGINAL_QUEUE, ref.queue.name)
+            copy.properties[ACTUAL_EXPIRY] = now_ms()
+            self._ensure_anycast(target)
+            self._route_local(copy, ops, dead_letter=True)
+        self.persistence.write(ops, False)
+
+    # -- addresses and queues -------------------------------------------------------------
+    def ensure_address(self, name: str, routing: str, auto_created: bool = False) -> AddressInfo:
+        info = self.addresses.get(name)
+        if info is None:
+            validate_name(name)
+            info = self.addresses[name] = AddressInfo(name, routing, auto_created)
+        return info
+
+    def _ensure_anycast(self, name: str) -> Queue:
+        q = self.queues.get(name)
+        if q is None:
+            q = self.create_queue(name, name, ANYCAST, durable=True, auto_created=True)
+        return q
+
+    def create_queue(
+        self,
+        name: str,
+        address: str | None = None,
+        routing: str = ANYCAST,
+        *,
+        durable: bool = True,
+        temporary: bool = False,
+        filter: str | None = None,
+        exclusive: bool = False,
+        max_consumers: int = -1,
+        owner: object = None,
+        auto_created: bool = False,
+        qid: int | None = None,
+        persist: bool = True,
+    ) -> Queue:
+        if name in self.queues:
+            raise QueueExists(f"queue {name!r} already exists")
+        validate_name(name, allow_wildcards=False)
+        address = address or name
+        validate_name(address)
+        self.ensure_address(address, routing, auto_created)
+        compiled = compile_filter(filter)
+        durable = durable and not temporary
+        q = Queue(
+            self,
+            qid if qid is not None else self.ids(),
+            name,
+            address,
+            routing=routing,
+            durable=durable,
+            temporary=temporary,
+            filter=compiled,
+            exclusive=exclusive,
+            max_consumers=max_consumers,
+            owner=owner,
+            auto_created=auto_created,
+        )
+        self.queues[name] = q
+        self.by_id[q.id] = q
+        if self.wildcard_routing and is_wildcard(address):
+            self._wild.append(q)
+        else:
+            self._exact.setdefault(address, []).append(q)
+        self._route_cache.clear()
+        if durable and persist:
+            rec = QueueRecord(q.id, name, address, routing, filter, exclusive, max_consumers, auto_created)
+            self.persistence.write([self.persistence.queue_op(rec)], True)
+        return q
+
+    def delete_queue(self, name: str) -> None:
+        q = self.queues.pop(name, None)
+        if q is None:
+            raise RoutingError(f"queue {name!r} does not exist")
+        self.by_id.pop(q.id, None)
+        q.deleted = True
+        if q in self._wild:
+            self._wild.remove(q)
+        else:
+            bound = self._exact.get(q.address, [])
+            if q in bound:
+                bound.remove(q)
+            if not bound:
+                self._exact.pop(q.address, None)
+        self._route_cache.clear()
+        for c in list(q.consumers):
+            c.close()
+            c.handler.consumer_closed(c, f"queue {name!r} was deleted")
+        ops: list[Op] = []
+        for ref in q.drain_all():
+            if ref.rid:
+                self.persistence.unref_ops(ref.rid, ref.message, ops)
+        if q.durable:
+            ops.append(delete(q.id))
+        q.close()
+        self.persistence.write(ops, True)
+
+    def bindings(self, address: str) -> list[Queue]:
+        hit = self._route_cache.get(address)
+        if hit is not None:
+            return hit
+        queues = list(self._exact.get(address, ()))
+        if self._wild:
+            queues.extend(q for q in self._wild if matches(q.address, address) and q not in queues)
+        if len(self._route_cache) > 10000:
+            self._route_cache.clear()
+        self._route_cache[address] = queues
+        return queues
+
+    # -- diverts --------------------------------------------------------------------------
+    def add_divert(self, divert: Divert) -> None:
+        if divert.name in self.diverts:
+            raise DivertError(f"divert {divert.name!r} already exists")
+        chain = find_loop([*self.diverts.values(), divert])
+        if chain is not None:
+            names = " -> ".join(d.address for d in chain) + f" -> {chain[0].address}"
+            raise DivertError(f"divert loop: {names} (diverts {', '.join(d.name for d in chain)})")
+        self.diverts[divert.name] = divert
+        self._divert_cache.clear()
+
+    def remove_divert(self, name: str) -> None:
+        self.diverts.pop(name, None)
+        self._divert_cache.clear()
+
+    def _diverts_for(self, address: str) -> list[Divert]:
+        hit = self._divert_cache.get(address)
+        if hit is None:
+            hit = [d for d in self.diverts.values() if d.address == address or matches(d.address, address)]
+            self._divert_cache[address] = hit
+        return hit
+
+    # -- duplicate detection --------------------------------------------------------------
+    def dup_cache(self, address: str) -> DuplicateCache:
+        c = self._dups.get(address)
+        if c is None:
+            c = self._dups[address] = DuplicateCache(self.settings(address).duplicate_cache_size)
+        return c
+
+    # -- routing --------------------------------------------------------------------------
+    def check_full(self, address: str) -> None:
+        """Apply the FAIL policy before accepting a message."""
+        s = self.settings(address)
+        if s.max_size_bytes >= 0 and s.full_policy is FullPolicy.FAIL:
+            if self.usage(address).memory_bytes >= s.max_size_bytes:
+                raise AddressFull(
+                    f"address {address!r} is full ({self.usage(address).memory_bytes} of {s.max_size_bytes} bytes)"
+                )
+
+    def blocked(self, address: str) -> asyncio.Future[None] | None:
+        """With the BLOCK policy and the address full: a future resolved when there is room."""
+        s = self.settings(address)
+        if s.max_size_bytes < 0 or s.full_policy is not FullPolicy.BLOCK:
+            return None
+        u = self.usage(address)
+        if u.memory_bytes < s.max_size_bytes:
+            return None
+        fut: asyncio.Future[None] = self.loop.create_future()
+        u.waiters.append(fut)
+        return fut
+
+    def route(self, msg: Message, ops: list[Op], routing: str | None = None, depth: int = 0) -> bool:
+        """Route ``msg``; append what must be written to ``ops``.  Returns whether the
+        message needs a synchronous write (durable and stored somewhere durable)."""
+        if depth > MAX_ROUTE_DEPTH:
+            log.error("message %d: routing deeper than %d hops, dropped", msg.id, MAX_ROUTE_DEPTH)
+            return False
+        address = msg.address
+        if "::" in address:
+            node, local = split_remote(address)
+            if node == self.node_name:
+                msg.address = address = local
+            else:
+                return self._route_remote(msg, node or "", local, ops)
+        dup = msg.duplicate_id()
+        if dup is not None:
+            cache = self.dup_cache(address)
+            if dup in cache:
+                log.debug("duplicate id %r on %s: message dropped", dup, address)
+                if self.events is not None:
+                    self.events.emit("duplicate", msg.id, address, msg.size(), duplicate_id=str(dup))
+                return False
+            rid = self.ids()
+            for old in cache.add(dup, rid):
+                ops.append(delete(old))
+            ops.append(self.persistence.duplicate_op(rid, address, dup))
+        s = self.settings(address)
+        if msg.expiration == 0 and s.expiry_delay_ms > 0:
+            msg.expiration = now_ms() + s.expiry_delay_ms
+        if s.max_size_bytes >= 0 and s.full_policy is FullPolicy.DROP:
+            if self.usage(address).memory_bytes >= s.max_size_bytes:
+                if self.events is not None:
+                    self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
+                return False
+        if self.events is not None:
+            self.events.emit("accepted", msg.id, address, msg.size(), durable=msg.durable)
+        sync = False
+        diverts = self._diverts_for(address) if self.diverts else ()
+        if diverts:
+            exclusive = False
+            for d in diverts:
+                if d.applies(msg):
+                    copy = d.divert(msg, self.ids())
+                    if self.events is not None:
+                        self.events.emit("diverted", msg.id, address, msg.size(), divert=d.name, target=d.target, copy_id=copy.id)
+                    sync |= self.route(copy, ops, None, depth + 1)
+                    exclusive |= d.exclusive
+            if exclusive:
+                return sync
+        return self._route_local(msg, ops, routing=routing) or sync
+
+    def _route_local(self, msg: Message, ops: list[Op], routing: str | None = None, dead_letter: bool = False) -> bool:
+        address = msg.address
+        queues = self.bindings(address)
+        if not queues:
+            queues = self._auto_create(address, routing)
+        sync = False
+        stored = False
+        durable = msg.durable
+        for q in queues:
+            if q.filter is not None and not q.filter.matches(msg):
+                continue
+            rid = 0
+            if durable and q.durable:
+                rid = self.ids()
+                if not stored:
+                    ops.append(self.persistence.message_op(msg))
+                    stored = True
+                ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
+                sync = True
+            q.add(MessageRef(msg, q, rid))
+            if self.events is not None:
+                self.events.emit("routed", msg.id, address, msg.size(), q.name)
+        if not queues and not dead_letter:
+            s = self.settings(address)
+            if s.send_to_dla_on_no_route:
+                self.dead_letter_message(msg, NO_ROUTE, f"no queue bound to {address!r}", ops)
+            elif self.events is not None:
+                self.events.emit("dropped", msg.id, address, msg.size(), reason=NO_ROUTE)
+        return sync
+
+    def _auto_create(self, address: str, routing: str | None) -> list[Queue]:
+        info = self.addresses.get(address)
+        kind = routing or (info.routing if info else ANYCAST)
+        s = self.settings(address)
+        if kind == MULTICAST:
+            if info is None:
+                if not s.auto_create_addresses:
+                    raise RoutingError(f"address {address!r} does not exist")
+                self.ensure_address(address, MULTICAST, auto_created=True)
+            return []
+        if is_wildcard(address):
+            return []
+        if not s.auto_create_queues:
+            raise RoutingError(f"queue {address!r} does not exist")
+        return [self.create_queue(address, address, ANYCAST, durable=True, auto_created=True)]
+
+    def _route_remote(self, msg: Message, node: str, address: str, ops: list[Op]) -> bool:
+        """``node::address``: into the store-and-forward queue for that node."""
+        if node not in self.remote_nodes:
+            self.dead_letter_message(msg, UNKNOWN_NODE, f"no bridge to node {node!r}", ops)
+            return msg.durable
+        msg.properties[ROUTE_TO_NODE] = node
+        msg.properties.setdefault(ORIGINAL_ADDRESS, address)
+        msg.address = SF_PREFIX + node
+        self._ensure_anycast(msg.address)
+        return self._route_local(msg, ops)
+
+    def send(self, msg: Message, routing: str | None = None) -> asyncio.Future[None] | None:
+        """Route and persist one message; the future (if any) resolves once it is on disk."""
+        self.check_full(msg.address)
+        ops: list[Op] = []
+        sync = self.route(msg, ops, routing)
+        if not ops:
+            return None
+        return self.persistence.write(ops, sync)  # type: ignore[return-value]
+
+    def restore_duplicate(self, rid: int, address: str, dup: str | bytes) -> None:
+        self.dup_cache(address).add(dup, rid)
+
+    def close(self) -> None:
+        for q in self.queues.values():
+            q.close()
+        if self._tmp_dir is not None:
+            shutil.rmtree(self._tmp_dir, ignore_errors=True)
+
+
+__all__ = ["PostOffice", "RoutingError", "AddressFull", "QueueExists"]

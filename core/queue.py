@@ -1,0 +1,484 @@
+"""A queue: ordered message references, the consumers competing for them, and dispatch.
+
+Order is FIFO within a priority (0..9, higher first).  Scheduled and delayed-redelivery
+messages wait in a timer heap.  Last-value queues keep only the newest message per key.
+Message groups stick to one consumer.  Past the address's size limit with the PAGE policy,
+new references spill to disk in order and are read back as the queue drains, so memory stays
+bounded whatever the backlog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+import msgpack
+
+from core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
+from core.filter import Filter
+from core.message import GROUP_ID, Message, now_ms
+from core.settings import Resolved
+
+if TYPE_CHECKING:
+    from core.store.spill import SpillFile
+    from core.transaction import Transaction
+
+log = logging.getLogger("waystation.queue")
+
+ANYCAST = "anycast"
+MULTICAST = "multicast"
+DEPAGE_BATCH = 1000
+
+
+class AddressUsage:
+    """Bytes of message data held in memory for one address (over all its queues)."""
+
+    __slots__ = ("address", "memory_bytes", "waiters")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.memory_bytes = 0
+        self.waiters: list[asyncio.Future[None]] = []
+
+
+class QueueContext(Protocol):
+    """What a queue needs from the engine around it (implemented by the post office)."""
+
+    loop: asyncio.AbstractEventLoop
+
+    def settings(self, address: str) -> Resolved: ...
+    def usage(self, address: str) -> AddressUsage: ...
+    def memory_released(self, usage: AddressUsage) -> None: ...
+    def on_acked(self, ref: MessageRef, tx: Transaction | None) -> None: ...
+    def on_delivered(self, ref: MessageRef, consumer: Consumer) -> None: ...
+    def on_delivery_count(self, ref: MessageRef) -> None: ...
+    def on_replaced(self, ref: MessageRef) -> None: ...
+    def dead_letter(self, ref: MessageRef, reason: str, detail: str = "") -> None: ...
+    def expire(self, ref: MessageRef) -> None: ...
+    def spill_dir(self, queue: Queue) -> Path: ...
+
+
+class Queue:
+    def __init__(
+        self,
+        ctx: QueueContext,
+        qid: int,
+        name: str,
+        address: str,
+        *,
+        routing: str = ANYCAST,
+        durable: bool = True,
+        temporary: bool = False,
+        filter: Filter | None = None,
+        exclusive: bool = False,
+        max_consumers: int = -1,
+        owner: object = None,
+        auto_created: bool = False,
+    ) -> None:
+        self.ctx = ctx
+        self.id = qid
+        self.name = name
+        self.address = address
+        self.routing = routing
+        self.durable = durable
+        self.temporary = temporary
+        self.filter = filter
+        self.exclusive = exclusive
+        self.max_consumers = max_consumers
+        self.owner = owner
+        self.auto_created = auto_created
+        self.settings = ctx.settings(address)
+        self.usage = ctx.usage(address)
+        self._levels: list[deque[MessageRef]] = [deque() for _ in range(10)]
+        self._by_priority = self._levels[::-1]
+        self._count = 0
+        self._timers: list[tuple[int, int, MessageRef]] = []
+        self._timer_seq = itertools.count()
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._lvq: dict[object, MessageRef] = {}
+        self._groups: dict[str, Consumer] = {}
+        self.consumers: list[Consumer] = []
+        self._rr = 0
+        self._dispatching = False
+        self._again = False
+        self._spill: SpillFile | None = None
+        self.messages_added = 0
+        self.messages_acked = 0
+        self.deleted = False
+
+    # -- introspection ------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Messages waiting (in memory, on disk and scheduled), not counting those in flight."""
+        return self._count + len(self._timers) + (len(self._spill) if self._spill else 0)
+
+    @property
+    def in_flight(self) -> int:
+        return sum(len(c.in_flight) for c in self.consumers)
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name} @{self.address} depth={self.depth}>"
+
+    def refresh_settings(self) -> None:
+        self.settings = self.ctx.settings(self.address)
+
+    # -- adding ---------------------------------------------------------------------------
+    def add(self, ref: MessageRef, dispatch: bool = True) -> None:
+        self.messages_added += 1
+        msg = ref.message
+        if msg.scheduled and msg.scheduled > now_ms():
+            self._schedule(ref, msg.scheduled)
+            return
+        self._enqueue(ref)
+        if dispatch and self.consumers:
+            self.dispatch()
+
+    def _enqueue(self, ref: MessageRef, front: bool = False) -> None:
+        key = self.settings.last_value_key
+        if key is not None:
+            lv = ref.message.properties.get(key)
+            if lv is not None:
+                old = self._lvq.get(lv)
+                if old is not None and old is not ref and self._remove(old):
+                    self.ctx.on_replaced(old)
+                self._lvq[lv] = ref
+        if not front and (self._spill is not None or self._over_limit()):
+            self._spill_ref(ref)
+            return
+        level = self._levels[min(9, max(0, ref.message.priority))]
+        if front:
+            level.appendleft(ref)
+        else:
+            level.append(ref)
+        self._count += 1
+        self.usage.memory_bytes += ref.message.size()
+
+    def _over_limit(self) -> bool:
+        s = self.settings
+        return (
+            s.max_size_bytes >= 0
+            and self.usage.memory_bytes >= s.max_size_bytes
+            and s.full_policy.value == "PAGE"
+        )
+
+    def _remove(self, ref: MessageRef) -> bool:
+        level = self._levels[min(9, max(0, ref.message.priority))]
+        try:
+            level.remove(ref)
+        except ValueError:
+            return False
+        self._count -= 1
+        self._released(ref)
+        return True
+
+    def _released(self, ref: MessageRef) -> None:
+        self.usage.memory_bytes -= ref.message.size()
+        if self.usage.waiters:
+            self.ctx.memory_released(self.usage)
+
+    # -- paging ---------------------------------------------------------------------------
+    def _spill_ref(self, ref: MessageRef) -> None:
+        if self._spill is None:
+            from core.store.spill import SpillFile  # paging is rare: load on first use
+
+            path = self.ctx.spill_dir(self)
+            self._spill = SpillFile(path)
+            log.info("queue %s is paging to %s", self.name, path)
+        self._spill.append(msgpack.packb((ref.rid, ref.delivery_count, ref.message.encode())))
+
+    def _depage(self) -> None:
+        spill = self._spill
+        if spill is None:
+            return
+        s = self.settings
+        room = s.max_size_bytes - self.usage.memory_bytes if s.max_size_bytes >= 0 else 1 << 62
+        if room <= 0 and self._count:
+            return
+        for blob in spill.read(DEPAGE_BATCH, max(room, 1)):
+            rid, count, data = msgpack.unpackb(blob)
+            ref = MessageRef(Message.decode(data), self, rid, count)
+            level = self._levels[min(9, max(0, ref.message.priority))]
+            level.append(ref)
+            self._count += 1
+            self.usage.memory_bytes += ref.message.size()
+        if not len(spill):
+            spill.close(delete=True)
+            self._spill = None
+            log.info("queue %s stopped paging", self.name)
+
+    # -- timers (scheduled delivery, delayed redelivery) ---------------------------------
+    def _schedule(self, ref: MessageRef, at_ms: int) -> None:
+        heapq.heappush(self._timers, (at_ms, next(self._timer_seq), ref))
+        if self._timers[0][2] is ref:
+            self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        if self._timers:
+            delay = max(0.0, (self._timers[0][0] - now_ms()) / 1000.0)
+            self._timer_handle = self.ctx.loop.call_later(delay, self._fire_timers)
+
+    def _fire_timers(self) -> None:
+        self._timer_handle = None
+        now = now_ms()
+        fired = False
+        while self._timers and self._timers[0][0] <= now:
+            _, _, ref = heapq.heappop(self._timers)
+            self._enqueue(ref, front=ref.delivery_count > 0)
+            fired = True
+        self._arm_timer()
+        if fired:
+            self.dispatch()
+
+    # -- consumers ------------------------------------------------------------------------
+    def add_consumer(
+        self,
+        handler: DeliveryHandler,
+        *,
+        filter: Filter | None = None,
+        auto_ack: bool = False,
+        window: int | None = None,
+        name: str = "",
+    ) -> Consumer:
+        if self.deleted:
+            raise ConsumerError(f"queue {self.name!r} has been deleted")
+        if self.max_consumers >= 0 and len(self.consumers) >= self.max_consumers:
+            raise ConsumerError(f"queue {self.name!r} already has its maximum of {self.max_consumers} consumers")
+        if self.exclusive and self.consumers:
+            raise ConsumerError(f"queue {self.name!r} is exclusive and already has a consumer")
+        c = Consumer(
+            self,
+            handler,
+            filter=filter,
+            auto_ack=auto_ack,
+            window=self.settings.default_consumer_window if window is None else window,
+            name=name,
+        )
+        self.consumers.append(c)
+        self.ctx.loop.call_soon(self.dispatch)
+        return c
+
+    def remove_consumer(self, consumer: Consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        for g, c in list(self._groups.items()):
+            if c is consumer:
+                del self._groups[g]
+
+    # -- dispatch -------------------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Hand waiting messages to consumers with credit.  Re-entrant calls are folded."""
+        if self._dispatching:
+            self._again = True
+            return
+        self._dispatching = True
+        try:
+            while True:
+                self._again = False
+                if self._spill is not None and self._count < DEPAGE_BATCH:
+                    self._depage()
+                if self._count and self.consumers:
+                    self._dispatch_pass()
+                if not self._again:
+                    break
+        finally:
+            self._dispatching = False
+
+    def _next_ref(self) -> MessageRef | None:
+        for level in self._by_priority:
+            if level:
+                self._count -= 1
+                return level.popleft()
+        return None
+
+    def _dispatch_pass(self) -> None:
+        consumers = self.consumers
+        simple = not self._groups and all(c.filter is None for c in consumers)
+        if not simple or self.settings.last_value_key is not None:
+            self._dispatch_selective()
+            return
+        n = len(consumers)
+        idle = 0
+        while self._count:
+            if self._spill is not None and self._count < DEPAGE_BATCH:
+                self._depage()
+            if self._rr >= n:
+                self._rr = 0
+                n = len(consumers)
+                if not n:
+                    return
+            c = consumers[self._rr]
+            self._rr += 1
+            if not c.ready():
+                idle += 1
+                if idle >= n:
+                    return
+                continue
+            idle = 0
+            ref = self._next_ref()
+            if ref is None:
+                return
+            self._released(ref)
+            msg = ref.message
+            if msg.expiration and msg.expired():
+                self.ctx.expire(ref)
+                continue
+            if msg.properties.get(GROUP_ID) is not None:
+                # groups appear: put it back and switch to the selective path
+                self._levels[min(9, max(0, msg.priority))].appendleft(ref)
+                self._count += 1
+                self.usage.memory_bytes += msg.size()
+                self._rr -= 1
+                self._dispatch_selective()
+                return
+            self._hand(c, ref)
+            if len(consumers) != n:
+                n = len(consumers)
+                if not n:
+                    return
+
+    def _dispatch_selective(self) -> None:
+        """Slow path: consumer filters, message groups or last-value keys in play."""
+        now = now_ms()
+        for level in self._by_priority:
+            if not level:
+                continue
+            keep: deque[MessageRef] = deque()
+            while level:
+                ready = [c for c in self.consumers if c.ready()]
+                if not ready:
+                    keep.extend(level)
+                    level.clear()
+                    break
+                ref = level.popleft()
+                msg = ref.message
+                if msg.expiration and msg.expiration <= now:
+                    self._count -= 1
+                    self._released(ref)
+                    self.ctx.expire(ref)
+                    continue
+                target = self._pick(ready, ref)
+                if target is None:
+                    keep.append(ref)
+                    continue
+                self._count -= 1
+                self._released(ref)
+                self._hand(target, ref)
+            level.extend(keep)
+
+    def _pick(self, ready: list[Consumer], ref: MessageRef) -> Consumer | None:
+        msg = ref.message
+        group = msg.properties.get(GROUP_ID)
+        if group is not None:
+            gkey = str(group)
+            owner = self._groups.get(gkey)
+            if owner is not None and not owner.closed:
+                return owner if owner.ready() and (owner.filter is None or owner.filter.matches(msg)) else None
+        n = len(ready)
+        for i in range(n):
+            c = ready[(self._rr + i) % n]
+            if c.filter is None or c.filter.matches(msg):
+                self._rr = (self._rr + i + 1) % max(1, len(self.consumers))
+                if group is not None:
+                    self._groups[str(group)] = c
+                return c
+        return None
+
+    def _hand(self, consumer: Consumer, ref: MessageRef) -> None:
+        key = self.settings.last_value_key
+        if key is not None:
+            lv = ref.message.properties.get(key)
+            if lv is not None and self._lvq.get(lv) is ref:
+                del self._lvq[lv]
+        consumer._deliver(ref)
+        self.ctx.on_delivered(ref, consumer)
+        if consumer.auto_ack:
+            self.acknowledge(ref, None, consumer)
+
+    # -- settlement -----------------------------------------------------------------------
+    def acknowledge(self, ref: MessageRef, tx: Transaction | None, consumer: Consumer | None) -> None:
+        if tx is not None:
+            tx.add_ack(consumer, ref)
+            return
+        self.messages_acked += 1
+        self.ctx.on_acked(ref, None)
+
+    def cancel(self, refs: list[MessageRef]) -> None:
+        """Messages given back (nack, consumer closed, rollback): redeliver or dead-letter."""
+        s = self.settings
+        delayed_any = False
+        for ref in reversed(refs):
+            if 0 <= s.max_delivery_attempts <= ref.delivery_count:
+                self.ctx.dead_letter(
+                    ref, "max-deliveries", f"delivered {ref.delivery_count} times without acknowledgement"
+                )
+                continue
+            self.ctx.on_delivery_count(ref)
+            delay = s.redelivery_delay(ref.delivery_count)
+            if delay > 0:
+                heapq.heappush(self._timers, (now_ms() + int(delay * 1000), next(self._timer_seq), ref))
+                delayed_any = True
+            else:
+                self._enqueue(ref, front=True)
+        if delayed_any:
+            self._arm_timer()
+
+    # -- maintenance ----------------------------------------------------------------------
+    def expire_scan(self, now: int) -> int:
+        """Remove expired messages waiting in memory; returns how many."""
+        n = 0
+        for level in self._levels:
+            if not level:
+                continue
+            expired = [r for r in level if r.message.expiration and r.message.expiration <= now]
+            for ref in expired:
+                level.remove(ref)
+                self._count -= 1
+                self._released(ref)
+                self.ctx.expire(ref)
+                n += 1
+        return n
+
+    def browse(self, filter: Filter | None = None) -> Iterator[Message]:
+        """The waiting messages in delivery order, without removing them (memory part only)."""
+        for level in list(self._by_priority):
+            for ref in list(level):
+                if filter is None or filter.matches(ref.message):
+                    yield ref.message
+
+    def drain_all(self) -> list[MessageRef]:
+        """Take every waiting reference out (queue deletion, purge)."""
+        refs: list[MessageRef] = []
+        for level in self._levels:
+            refs.extend(level)
+            level.clear()
+        for ref in refs:
+            self._released(ref)
+        self._count = 0
+        refs.extend(r for _, _, r in self._timers)
+        self._timers.clear()
+        self._arm_timer()
+        if self._spill is not None:
+            while len(self._spill):
+                for blob in self._spill.read(DEPAGE_BATCH, 1 << 30):
+                    rid, count, data = msgpack.unpackb(blob)
+                    refs.append(MessageRef(Message.decode(data), self, rid, count))
+            self._spill.close(delete=True)
+            self._spill = None
+        self._lvq.clear()
+        return refs
+
+    def close(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+        if self._spill is not None:
+            self._spill.close(delete=True)
+            self._spill = None

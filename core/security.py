@@ -1,0 +1,89 @@
+"""Users, roles and per-address permissions.
+
+Permissions are granted per address pattern to lists of roles.  As in HornetQ, the most
+specific matching pattern decides alone (no inheritance from less specific patterns).
+Password checking is a callable handed in by the caller, so the engine does not care how
+passwords are hashed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+
+from core.address import matches, specificity
+
+
+class Permission(str, Enum):
+    SEND = "send"
+    CONSUME = "consume"
+    BROWSE = "browse"
+    CREATE_DURABLE_QUEUE = "create_durable_queue"
+    DELETE_DURABLE_QUEUE = "delete_durable_queue"
+    CREATE_NON_DURABLE_QUEUE = "create_non_durable_queue"
+    DELETE_NON_DURABLE_QUEUE = "delete_non_durable_queue"
+    MANAGE = "manage"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    name: str
+    roles: frozenset[str] = frozenset()
+
+
+ANONYMOUS = Principal("anonymous")
+
+
+class AuthenticationError(Exception):
+    pass
+
+
+class NotAuthorized(Exception):
+    pass
+
+
+@dataclass(slots=True)
+class User:
+    name: str
+    check_password: Callable[[str], bool]
+    roles: frozenset[str] = frozenset()
+
+
+@dataclass(slots=True)
+class SecurityManager:
+    """``enabled=False`` lets everybody in with every permission (the embedded default)."""
+
+    enabled: bool = False
+    users: dict[str, User] = field(default_factory=dict)
+    permissions: dict[str, dict[Permission, frozenset[str]]] = field(default_factory=dict)
+    allow_anonymous: bool = False
+
+    def authenticate(self, login: str | None, passcode: str | None) -> Principal:
+        if not self.enabled:
+            return Principal(login or "anonymous")
+        if not login:
+            if self.allow_anonymous:
+                return ANONYMOUS
+            raise AuthenticationError("login required")
+        user = self.users.get(login)
+        if user is None or not user.check_password(passcode or ""):
+            raise AuthenticationError(f"bad credentials for user {login!r}")
+        return Principal(user.name, user.roles)
+
+    def allowed(self, principal: Principal, permission: Permission, address: str) -> bool:
+        if not self.enabled:
+            return True
+        best = max(
+            (p for p in self.permissions if matches(p, address)), key=specificity, default=None
+        )
+        if best is None:
+            return False
+        roles = self.permissions[best].get(permission, frozenset())
+        return bool(roles & principal.roles)
+
+    def check(self, principal: Principal, permission: Permission, address: str) -> None:
+        if not self.allowed(principal, permission, address):
+            raise NotAuthorized(
+                f"user {principal.name!r} may not {permission.value.replace('_', ' ')} on {address!r}"
+            )

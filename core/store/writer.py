@@ -1,0 +1,284 @@
+"""The journal's background writer thread: group commit and file management.
+
+The event loop places encoded batches (it knows every file's size, so it decides offsets and
+rollovers) and appends them with file commands to ``pending`` under ``cond``.  The writer
+takes everything pending at once, writes it, calls fdatasync once for the whole group when
+any batch in it asked for sync, and settles all the group's futures with one
+``call_soon_threadsafe``.  While it works, new batches pile up and share the next fsync.
+
+After an I/O error the writer stops writing: the error fails the group's futures and every
+later write (disk full or failing: the node must report it, not pretend).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from core.store.api import StoreError
+from core.store.compactor import CommittedError, compact
+from core.store.files import Layout
+from core.store.segment import KIND_DATA, KIND_FREE, TRAILER, pack_file_header
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Data:
+    seq: int
+    off: int
+    buf: bytearray
+
+
+@dataclass(slots=True)
+class NewFile:
+    seq: int
+    size: int
+    spare_target: int
+
+
+@dataclass(slots=True)
+class Free:
+    seqs: list[int]
+
+
+@dataclass(slots=True)
+class Compact:
+    old_seqs: list[int]
+    first_seq: int
+    max_files: int
+
+
+Command = Data | NewFile | Free | Compact
+# (old seqs, [(new seq, used bytes)] or None on failure)
+Outcome = tuple[list[int], list[tuple[int, int]] | None]
+
+
+def _settle(futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
+    for f in futs:
+        if not f.done():
+            if err is None:
+                f.set_result(None)
+            else:
+                f.set_exception(err)
+
+
+class Writer:
+    """Owns the file descriptors; the event loop only touches the hand-off fields below."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        file_size: int,
+        sync: bool,
+        spares: list[Path],
+        next_free: int,
+        current: tuple[int, int] | None,
+        on_compacted: Callable[[Outcome], None],
+    ) -> None:
+        self.layout = layout
+        self.file_size = file_size
+        self.sync = sync
+        self.spares = spares
+        self.next_free = next_free
+        self.on_compacted = on_compacted
+        # hand-off with the event loop, guarded by lock (cond's lock, taken bare for speed)
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.pending: list[Command] = []
+        self.tail: bytearray | None = None  # buffer of the last Data still in pending
+        self.futs: list[asyncio.Future[None]] = []
+        self.want_sync = False
+        self.idle = False
+        self.closing = False
+        self.error: StoreError | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        # writer-thread state
+        self.fds: dict[int, int] = {}
+        self.caps: dict[int, int] = {}
+        self.dirty: set[int] = set()
+        self.fsyncs = 0
+        self.groups = 0
+        if current is not None:
+            seq, cap = current
+            self.fds[seq] = os.open(layout.data_path(seq), os.O_RDWR)
+            self.caps[seq] = cap
+        self._compactor: threading.Thread | None = None
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    # ---- called from the event loop
+    def stop(self) -> None:
+        with self.cond:
+            self.closing = True
+            self.cond.notify()
+
+    def join(self) -> None:
+        self._thread.join()
+        if self._compactor is not None:
+            self._compactor.join()
+
+    # ---- writer thread
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.pending and not self.futs and not self.closing:
+                    self.idle = True
+                    self.cond.wait()
+                self.idle = False
+                items, self.pending, self.tail = self.pending, [], None
+                futs, self.futs = self.futs, []
+                want_sync, self.want_sync = self.want_sync, False
+                closing = self.closing
+            err = self.error
+            if err is None:
+                try:
+                    for item in items:
+                        self._apply(item)
+                    if want_sync and self.sync:
+                        self._sync_dirty()
+                except OSError as exc:
+                    err = StoreError(f"journal write failed: {exc}")
+                    log.error("journal disabled: %s", exc)
+                    with self.cond:
+                        self.error = err
+            self.groups += 1
+            if futs and self.loop is not None:
+                try:
+                    self.loop.call_soon_threadsafe(_settle, futs, err)
+                except RuntimeError:  # loop closed: nobody is waiting any more
+                    pass
+            if closing and not items and not futs:
+                break
+            if err is None and not self.spares and not closing:
+                self._replenish()
+        self._shutdown()
+
+    def _apply(self, item: Command) -> None:
+        if isinstance(item, Data):
+            self._write(item)
+        elif isinstance(item, NewFile):
+            self._new_file(item)
+        elif isinstance(item, Free):
+            self._free(item.seqs)
+        else:
+            self._start_compaction(item)
+
+    def _write(self, item: Data) -> None:
+        fd = self.fds[item.seq]
+        end = item.off + len(item.buf)
+        # the zero trailer marks the end of data for the next recovery
+        trailer = TRAILER[: max(0, min(len(TRAILER), self.caps[item.seq] - end))]
+        n = os.pwritev(fd, [item.buf, trailer], item.off)
+        if n < len(item.buf) + len(trailer):  # short write: finish it
+            rest = memoryview(bytes(item.buf) + trailer)[n:]
+            off = item.off + n
+            while rest:
+                k = os.pwrite(fd, rest, off)
+                rest, off = rest[k:], off + k
+        self.dirty.add(item.seq)
+
+    def _sync_dirty(self) -> None:
+        for seq in sorted(self.dirty):
+            os.fdatasync(self.fds[seq])
+            self.fsyncs += 1
+        self.dirty.clear()
+
+    def _new_file(self, item: NewFile) -> None:
+        if self.sync:  # older files durable first: recovery then sees a prefix of batches
+            self._sync_dirty()
+        for seq in list(self.fds):
+            os.close(self.fds.pop(seq))
+            del self.caps[seq]
+        self.dirty.clear()
+        path = self.layout.data_path(item.seq)
+        header = pack_file_header(KIND_DATA, item.seq)
+        if item.size == self.file_size and self.spares:
+            spare = self.spares.pop(0)
+            fd = os.open(spare, os.O_RDWR)
+            os.pwrite(fd, header + TRAILER, 0)
+            os.rename(spare, path)
+        else:
+            self.layout.create(path, item.size, header)
+            fd = os.open(path, os.O_RDWR)
+        self.fds[item.seq] = fd
+        self.caps[item.seq] = item.size
+        self.dirty.add(item.seq)
+        while len(self.spares) > item.spare_target:
+            self.spares.pop().unlink()
+
+    def _free(self, seqs: list[int]) -> None:
+        """Durably mark reclaimed files free before reusing or deleting them, so their old
+        records can never come back, even if the files that deleted them go next."""
+        if self.sync:
+            self._sync_dirty()
+        for seq in seqs:
+            path = self.layout.data_path(seq)
+            fd = self.fds.pop(seq, None)
+            self.caps.pop(seq, None)
+            self.dirty.discard(seq)
+            if fd is None:
+                fd = os.open(path, os.O_RDWR)
+            try:
+                os.pwrite(fd, pack_file_header(KIND_FREE, seq), 0)
+                if self.sync:
+                    os.fdatasync(fd)
+                    self.fsyncs += 1
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if size == self.file_size:
+                spare = self.layout.free_path(self.next_free)
+                self.next_free += 1
+                os.rename(path, spare)
+                self.spares.append(spare)
+            else:
+                path.unlink()
+
+    def _replenish(self) -> None:
+        """Keep one spare ready so a rollover never waits for a file to be created."""
+        spare = self.layout.free_path(self.next_free)
+        try:
+            self.layout.create(spare, self.file_size, pack_file_header(KIND_FREE, 0))
+        except OSError as exc:
+            log.warning("could not pre-create journal file %s: %s", spare.name, exc)
+            return
+        self.next_free += 1
+        self.spares.append(spare)
+
+    def _start_compaction(self, item: Compact) -> None:
+        if self._compactor is not None:
+            self._compactor.join()
+        self._compactor = threading.Thread(
+            target=self._compact, args=(item,), name="journal-compactor", daemon=True
+        )
+        self._compactor.start()
+
+    def _compact(self, item: Compact) -> None:
+        result: list[tuple[int, int]] | None = None
+        try:
+            result = compact(
+                self.layout, self.file_size, item.old_seqs, item.first_seq, item.max_files
+            )
+        except CommittedError as exc:
+            log.error("compaction failed after commit, journal disabled: %s", exc)
+            with self.cond:
+                self.error = StoreError(f"compaction failed after commit: {exc}")
+        except Exception as exc:
+            log.error("compaction failed, old files kept: %s", exc)
+        self.on_compacted((item.old_seqs, result))
+
+    def _shutdown(self) -> None:
+        if self.error is None and self.sync:
+            try:
+                self._sync_dirty()
+            except OSError as exc:
+                log.error("journal final sync failed: %s", exc)
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()

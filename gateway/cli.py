@@ -1,0 +1,102 @@
+"""The ``waystation`` command: run a node, check a config file, print the version."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from importlib import metadata
+
+log = logging.getLogger("waystation")
+
+
+def version() -> str:
+    try:
+        return metadata.version("waystation")
+    except metadata.PackageNotFoundError:
+        return "0.1.0+source"
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
+    from config import ConfigError, load_config
+
+    try:
+        return load_config(path)
+    except ConfigError as e:
+        print(f"waystation: invalid configuration\n{e}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+async def _serve(cfg) -> int:  # noqa: ANN001
+    from gateway.node import Node
+
+    node = Node(cfg)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await node.start()
+    except OSError as e:
+        log.error("cannot start: %s", e)
+        await node.stop()
+        return 1
+    await stop.wait()
+    log.info("stopping")
+    await node.stop()
+    log.info("stopped")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    _setup_logging(args.log_level or cfg.node.log_level)
+    if args.config is None:
+        log.info("no config file given: embedded defaults (data in %s)", cfg.node.data_dir)
+    try:
+        import uvloop
+
+        runner = uvloop.run
+    except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
+        runner = asyncio.run
+    return runner(_serve(cfg))
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    cfg = _load(args.config)
+    print(
+        f"{args.config}: OK (node {cfg.node.name!r}, {len(cfg.queues)} queues, "
+        f"{len(cfg.diverts)} diverts, {len(cfg.bridges)} bridges)"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="waystation", description="Waystation protocol gateway and bridge node.")
+    p.add_argument("--version", action="version", version=f"waystation {version()}")
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run a node (embedded defaults without CONFIG)")
+    r.add_argument("config", nargs="?", help="TOML config file")
+    r.add_argument("--log-level", help="override node.log_level")
+    r.set_defaults(func=cmd_run)
+    c = sub.add_parser("check-config", help="validate a config file without starting")
+    c.add_argument("config", help="TOML config file")
+    c.set_defaults(func=cmd_check_config)
+    args = p.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

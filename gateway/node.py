@@ -1,0 +1,131 @@
+"""A Waystation node: the engine built from config, and its protocol listeners.
+
+This is the only place that turns the validated config into core objects, so ``core/``
+never sees the config package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
+from core.events import EventSink, JsonlEventLog
+from core.queue import ANYCAST, MULTICAST
+from core.security import Permission, SecurityManager, User
+from core.store.api import Journal
+from core.store.journal import FileJournal
+from gateway.stomp.codec import Limits
+from gateway.stomp.server import StompServer
+from gateway.stomp.session import StompOptions
+
+if TYPE_CHECKING:
+    from config.schema import Config
+
+log = logging.getLogger("waystation.node")
+
+
+def engine_config(cfg: Config) -> EngineConfig:
+    queues = [
+        QueueSpec(q.name, q.address, q.routing, q.durable, q.filter, q.exclusive, q.max_consumers)
+        for q in cfg.queues
+    ]
+    topics: list[str] = []
+    for t in cfg.topics:
+        topics.append(t.name)
+        for s in t.subscriptions:
+            queues.append(QueueSpec(s.name, t.name, MULTICAST, s.durable, s.filter))
+    remote = {b.remote_node for b in cfg.bridges}
+    return EngineConfig(
+        node_name=cfg.node.name,
+        data_dir=Path(cfg.node.data_dir) if cfg.node.persistence else None,
+        address_settings={p: s.to_engine() for p, s in cfg.address_settings.items()},
+        queues=queues,
+        topics=topics,
+        diverts=[DivertSpec(d.name, d.address, d.target, d.filter, d.exclusive, d.transformer) for d in cfg.diverts],
+        remote_nodes=remote,
+        wildcard_routing=cfg.node.wildcard_routing,
+        expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
+    )
+
+
+def security_manager(cfg: Config) -> SecurityManager:
+    sec = cfg.security
+    users = {u.name: User(u.name, u.check_password, frozenset(u.roles)) for u in cfg.users}
+    perms: dict[str, dict[Permission, frozenset[str]]] = {}
+    for p in cfg.permissions:
+        perms[p.match] = {Permission(k): frozenset(v) for k, v in p.grants().items()}
+    return SecurityManager(enabled=sec.enabled, users=users, permissions=perms, allow_anonymous=sec.allow_anonymous)
+
+
+def _ms(td: Any) -> int:
+    return int(td.total_seconds() * 1000)
+
+
+class Node:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        ecfg = engine_config(cfg)
+        journal: Journal | None = None
+        if cfg.node.persistence:
+            j = cfg.node.journal
+            journal = FileJournal(
+                Path(cfg.node.data_dir) / "journal",
+                file_size=j.file_size,
+                min_files=j.min_files,
+                sync=j.sync,
+                compact_min_files=j.compact_min_files,
+                compact_percentage=j.compact_percentage,
+            )
+        events: EventSink | None = None
+        ev = cfg.node.event_log
+        if ev.enabled:
+            events = JsonlEventLog(cfg.node.event_log_dir, cfg.node.name, max_file_size=ev.max_file_size, max_files=ev.max_files)
+        self.engine = Engine(ecfg, journal, events=events, security=security_manager(cfg))
+        self.servers: list[Any] = []
+        self.stopped = asyncio.Event()
+
+    async def start(self) -> None:
+        t0 = time.monotonic()
+        await self.engine.start()
+        acc = self.cfg.acceptors
+        if acc.stomp.enabled:
+            st = acc.stomp
+            ep = st.endpoint
+            options = StompOptions(
+                Limits(
+                    max_frame_size=st.max_frame_size,
+                    max_headers=st.max_headers,
+                    max_header_length=st.max_header_length,
+                    max_body_size=st.max_body_size,
+                ),
+                heartbeat_send_ms=_ms(st.heartbeat_send),
+                heartbeat_receive_ms=_ms(st.heartbeat_receive),
+            )
+            server = StompServer(self.engine, ep.host, ep.port, options)
+            await server.start()
+            self.servers.append(server)
+        for name in ("http", "amqp", "mqtt"):
+            if getattr(acc, name).enabled:
+                log.info("%s listener is not available in this version; skipped", name)
+        log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
+
+    def ports(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self.servers:
+            if s.server is not None and s.server.sockets:
+                out["stomp"] = s.server.sockets[0].getsockname()[1]
+        return out
+
+    async def stop(self) -> None:
+        """Stop accepting, close connections, finish in-flight writes, close the store."""
+        for s in self.servers:
+            await s.stop()
+        await self.engine.stop()
+        self.stopped.set()
+
+
+__all__ = ["Node", "engine_config", "security_manager", "ANYCAST"]

@@ -1,0 +1,577 @@
+"""One STOMP connection's session: frames in, engine calls, frames out.
+
+The session is transport-agnostic: it is fed bytes and writes bytes to a ``Link``, so TCP,
+WebSocket and the HTTP tunnel share it.  Any protocol violation is answered with an ERROR
+frame whose ``message`` header says what was wrong, and the connection is closed (STOMP
+requires it); the engine and every other connection are unaffected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+from core.consumer import ConsumerError, Delivery
+from core.engine import Engine, Subscription
+from core.filter import FilterError
+from core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms
+from core.postoffice import AddressFull, RoutingError
+from core.queue import MULTICAST
+from core.security import AuthenticationError, NotAuthorized, Permission, Principal
+from core.transaction import Transaction, TransactionError
+from gateway.link import Link
+from gateway.stomp.codec import Frame, Limits, StompError, StompParser, encode_frame, encode_message
+from gateway.stomp.destinations import format_destination, parse_destination
+
+log = logging.getLogger("waystation.stomp")
+
+SERVER_NAME = "Waystation/0.1"
+VERSIONS = ("1.2", "1.1", "1.0")
+ACK_MODES = ("auto", "client", "client-individual")
+DURABLE_NAME_HEADERS = ("durable-subscription-name", "activemq.subscriptionName", "durable-subscriber-name")
+WINDOW_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
+# SEND headers that steer the send rather than travel with the message
+_CONTROL_HEADERS = frozenset(("destination", "receipt", "transaction", "content-length", "persistent", "priority", "expires"))
+_OWN_HEADERS = frozenset(
+    ("destination", "message-id", "subscription", "ack", "content-length", "persistent", "priority", "expires", "redelivered", "timestamp")
+)
+
+
+@dataclass(slots=True)
+class StompOptions:
+    limits: Limits
+    heartbeat_send_ms: int = 10000  # what the server offers to send
+    heartbeat_receive_ms: int = 10000  # what the server wants to receive
+    heartbeat_grace: float = 2.0  # a peer silent for grace x interval is dead
+    default_window: int | None = None  # None: the address setting
+
+
+class _Sub:
+    __slots__ = ("id", "destination", "routing", "ack", "sub", "durable_name", "prefix_routing")
+
+    def __init__(self, sid: str, destination: str, routing: str | None, ack: str, sub: Subscription, durable_name: str | None) -> None:
+        self.id = sid
+        self.destination = destination
+        self.routing = routing
+        self.ack = ack
+        self.sub = sub
+        self.durable_name = durable_name
+
+
+class StompSession:
+    def __init__(self, engine: Engine, link: Link, options: StompOptions) -> None:
+        self.engine = engine
+        self.link = link
+        self.options = options
+        self.parser = StompParser(options.limits)
+        self.version = "1.0"
+        self.connected = False
+        self.closed = False
+        self.principal: Principal | None = None
+        self.client_id: str | None = None
+        self.subs: dict[str, _Sub] = {}
+        self.txs: dict[str, Transaction] = {}
+        self.pending_acks: dict[str, tuple[_Sub, int]] = {}
+        self._ack_seq = 0
+        self._tail: asyncio.Future[None] | None = None  # last durable write not yet confirmed
+        self._last_read = time.monotonic()
+        self._last_write = time.monotonic()
+        self._hb_handle: asyncio.TimerHandle | None = None
+        self._send_every = 0.0
+        self._expect_every = 0.0
+        self._paused_writing = False
+        self._blocked_reading = False
+        self.loop = asyncio.get_running_loop()
+
+    # -- input ----------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self._last_read = time.monotonic()
+        try:
+            events = self.parser.feed(data)
+            while events:
+                for ev in events:
+                    if isinstance(ev, Frame):
+                        self._handle(ev)
+                        if self.closed:
+                            return
+                # the parser stops after CONNECT so the version is set before the rest
+                last = events[-1]
+                events = self.parser.feed(b"") if isinstance(last, Frame) and last.command in ("CONNECT", "STOMP") else []
+        except StompError as e:
+            self.fail(e.message, e.detail, e.receipt_id)
+        except Exception as e:  # a bug must not take the server down: report and close
+            log.exception("STOMP session %s: internal error", self.link.peer)
+            self.fail("internal error", repr(e))
+
+    def _handle(self, frame: Frame) -> None:
+        cmd = frame.command
+        if not self.connected:
+            if cmd in ("CONNECT", "STOMP"):
+                self._on_connect(frame)
+                return
+            raise StompError(f"expected CONNECT or STOMP frame, got {cmd}", receipt_id=frame.headers.get("receipt"))
+        handler = self._handlers.get(cmd)
+        if handler is None:
+            if cmd in ("CONNECT", "STOMP"):
+                raise StompError("already connected")
+            raise StompError(f"unknown command {cmd!r}", receipt_id=frame.headers.get("receipt"))
+        try:
+            handler(self, frame)
+        except StompError as e:
+            if e.receipt_id is None:
+                e.receipt_id = frame.headers.get("receipt")
+            raise
+        except (RoutingError, AddressFull, NotAuthorized, TransactionError, ConsumerError, ValueError) as e:
+            what = {
+                RoutingError: "unknown destination",
+                AddressFull: "address full",
+                NotAuthorized: "not authorized",
+                TransactionError: "transaction error",
+                ConsumerError: "subscription refused",
+            }.get(type(e), "invalid request")
+            if isinstance(e, FilterError):
+                what = "invalid selector"
+            raise StompError(f"{what}: {e}", receipt_id=frame.headers.get("receipt")) from e
+
+    # -- output ---------------------------------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        self._last_write = time.monotonic()
+        self.link.write(data)
+
+    def _frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
+        self._write(encode_frame(command, headers, body, self.version))
+
+    def _receipt(self, frame: Frame, after: asyncio.Future[None] | None = None) -> None:
+        """Send RECEIPT when asked, after ``after`` (and every earlier durable write) is done."""
+        rid = frame.headers.get("receipt")
+        if after is not None:
+            self._tail = after
+        if rid is None:
+            return
+        tail = self._tail
+        if tail is None or tail.done():
+            if tail is not None and tail.exception() is not None:
+                self.fail("store failure", str(tail.exception()), rid)
+                return
+            self._tail = None
+            self._frame("RECEIPT", {"receipt-id": rid})
+            return
+
+        def done(f: asyncio.Future[None]) -> None:
+            if self.closed:
+                return
+            if f.cancelled() or f.exception() is not None:
+                self.fail("store failure: message not persisted", str(f.exception() if not f.cancelled() else "cancelled"), rid)
+            else:
+                if self._tail is f:
+                    self._tail = None
+                self._frame("RECEIPT", {"receipt-id": rid})
+
+        tail.add_done_callback(done)
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None) -> None:
+        """ERROR frame then close (the spec requires the close)."""
+        if self.closed:
+            return
+        log.info("STOMP %s: %s%s", self.link.peer, message, f" ({detail})" if detail else "")
+        headers = {"message": message.replace("\n", " ")[:1000], "content-type": "text/plain"}
+        if receipt_id is not None:
+            headers["receipt-id"] = receipt_id
+        if self.version == "1.0" or not self.connected:
+            version = "1.0"
+        else:
+            version = self.version
+        body = (detail or message).encode()
+        self._write(encode_frame("ERROR", headers, body, version))
+        self.close()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._cleanup()
+        self.link.close()
+
+    def connection_lost(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._hb_handle is not None:
+            self._hb_handle.cancel()
+            self._hb_handle = None
+        for tx in self.txs.values():
+            self.engine.rollback(tx)
+        self.txs.clear()
+        for s in list(self.subs.values()):
+            try:
+                self.engine.unsubscribe(s.sub)
+            except Exception:
+                log.exception("closing subscription %s", s.id)
+        self.subs.clear()
+        self.pending_acks.clear()
+        self.engine.close_owner(self)
+
+    # -- flow control from the link -------------------------------------------------------
+    def pause_writing(self) -> None:
+        self._paused_writing = True
+        for s in self.subs.values():
+            s.sub.consumer.pause()
+
+    def resume_writing(self) -> None:
+        self._paused_writing = False
+        for s in list(self.subs.values()):
+            s.sub.consumer.resume()
+
+    # -- CONNECT ---------------------------------------------------------------------------
+    def _on_connect(self, frame: Frame) -> None:
+        h = frame.headers
+        accepted = h.get("accept-version")
+        if accepted is None:
+            version = "1.0"
+        else:
+            offered = {v.strip() for v in accepted.split(",")}
+            version = next((v for v in VERSIONS if v in offered), "")
+            if not version:
+                self._write(
+                    encode_frame(
+                        "ERROR",
+                        {"version": ",".join(reversed(VERSIONS)), "content-type": "text/plain", "message": "Supported protocol versions are 1.0,1.1,1.2"},
+                        f"client offered {accepted!r}".encode(),
+                        "1.0",
+                    )
+                )
+                self.close()
+                return
+        try:
+            self.principal = self.engine.security.authenticate(h.get("login"), h.get("passcode"))
+        except AuthenticationError as e:
+            self.fail("authentication failed", str(e))
+            return
+        self.version = version
+        self.parser.version = version
+        self.client_id = h.get("client-id")
+        headers = {"version": version, "server": SERVER_NAME, "session": f"{id(self):x}"}
+        if version != "1.0":
+            cx, cy = _parse_heartbeat(h.get("heart-beat", "0,0"))
+            sx, sy = self.options.heartbeat_send_ms, self.options.heartbeat_receive_ms
+            send_every = max(sx, cy) if sx and cy else 0
+            expect_every = max(cx, sy) if cx and sy else 0
+            headers["heart-beat"] = f"{sx},{sy}"
+            self._send_every = send_every / 1000.0
+            self._expect_every = expect_every / 1000.0
+            if send_every or expect_every:
+                self._arm_heartbeat()
+        self.connected = True
+        self._frame("CONNECTED", headers)
+
+    def _arm_heartbeat(self) -> None:
+        intervals = [x for x in (self._send_every, self._expect_every) if x]
+        self._hb_handle = self.loop.call_later(min(intervals) / 2, self._heartbeat)
+
+    def _heartbeat(self) -> None:
+        if self.closed:
+            return
+        now = time.monotonic()
+        if self._expect_every and now - self._last_read > self._expect_every * self.options.heartbeat_grace:
+            log.info("STOMP %s: no heart-beat for %.1fs; closing", self.link.peer, now - self._last_read)
+            self.close()
+            return
+        if self._send_every and now - self._last_write >= self._send_every * 0.9:
+            self._write(b"\n")
+        self._arm_heartbeat()
+
+    # -- SEND ------------------------------------------------------------------------------
+    def _on_send(self, frame: Frame) -> None:
+        h = frame.headers
+        dest = h.get("destination")
+        if not dest:
+            raise StompError("SEND frame has no destination header")
+        address, routing = parse_destination(dest)
+        assert self.principal is not None
+        self.engine.security.check(self.principal, Permission.SEND, address)
+        props: dict[str, PropertyValue] = {}
+        for k, v in h.items():
+            if k not in _CONTROL_HEADERS:
+                props[k] = v
+        if "JMSXGroupID" in props and GROUP_ID not in props:
+            props[GROUP_ID] = props["JMSXGroupID"]
+        durable = h.get("persistent") == "true"
+        priority = DEFAULT_PRIORITY
+        expiration = 0
+        scheduled = 0
+        if "priority" in h:
+            priority = _int_header(h, "priority", 0, 9)
+        if "expires" in h:
+            expiration = _int_header(h, "expires", 0, None)
+        delay = h.get("AMQ_SCHEDULED_DELAY") or h.get("scheduled-delay")
+        if delay is not None:
+            scheduled = now_ms() + _int_value("scheduled delay", delay)
+        msg = Message(self.engine.ids(), address, frame.body, props, durable, priority, now_ms(), expiration, scheduled)
+        txid = h.get("transaction")
+        if txid is not None:
+            self.engine.send(msg, routing=routing, tx=self._tx(txid))
+            self._receipt(frame)
+            return
+        fut = self.engine.send(msg, routing=routing)
+        self._receipt(frame, fut)
+        gate = self.engine.blocked(address)
+        if gate is not None and not self._blocked_reading:
+            self._blocked_reading = True
+            self.link.pause_reading()
+            gate.add_done_callback(self._unblock)
+
+    def _unblock(self, _: asyncio.Future[None]) -> None:
+        self._blocked_reading = False
+        if not self.closed:
+            self.link.resume_reading()
+
+    # -- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------
+    def _on_subscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        dest = h.get("destination")
+        if not dest:
+            raise StompError("SUBSCRIBE frame has no destination header")
+        sid = h.get("id")
+        if sid is None:
+            if self.version != "1.0":
+                raise StompError("SUBSCRIBE frame has no id header")
+            sid = dest
+        if sid in self.subs:
+            raise StompError(f"subscription id {sid!r} is already in use on this connection")
+        ack = h.get("ack", "auto")
+        if ack not in ACK_MODES:
+            raise StompError(f"invalid ack mode {ack!r}: expected auto, client or client-individual")
+        address, routing = parse_destination(dest)
+        assert self.principal is not None
+        self.engine.security.check(self.principal, Permission.CONSUME, address)
+        durable_name = next((h[k] for k in DURABLE_NAME_HEADERS if h.get(k)), None)
+        if durable_name and self.client_id and not durable_name.startswith(self.client_id + "."):
+            durable_name = f"{self.client_id}.{durable_name}"
+        window: int | None = self.options.default_window
+        for k in WINDOW_HEADERS:
+            if k in h:
+                window = _int_header(h, k, -1, None)
+                if window < 0:
+                    window = 0
+                break
+        if ack == "auto":
+            window = 0  # flow control comes from the socket (pause_writing)
+        routing = routing or self.engine.resolve_routing(address)
+        if durable_name and routing != MULTICAST:
+            routing = MULTICAST if routing is None else routing
+        s = _Sub(sid, dest, routing, ack, None, durable_name)  # type: ignore[arg-type]
+        s.sub = self.engine.subscribe(
+            address,
+            _Handler(self, s),
+            routing=routing,
+            selector=h.get("selector"),
+            durable_name=durable_name if routing == MULTICAST else None,
+            auto_ack=ack == "auto",
+            window=window,
+            owner=self,
+            name=sid,
+        )
+        if self._paused_writing:
+            s.sub.consumer.pause()
+        self.subs[sid] = s
+        self._receipt(frame)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
+        h = frame.headers
+        sid = h.get("id") or (h.get("destination") if self.version == "1.0" else None)
+        if sid is None:
+            raise StompError("UNSUBSCRIBE frame has no id header")
+        s = self.subs.pop(sid, None)
+        if s is None:
+            raise StompError(f"no subscription with id {sid!r}")
+        delete_durable = any(h.get(k) for k in DURABLE_NAME_HEADERS)
+        for key, (owner, _tag) in list(self.pending_acks.items()):
+            if owner is s:
+                del self.pending_acks[key]
+        self.engine.unsubscribe(s.sub, delete_durable=delete_durable)
+        self._receipt(frame)
+
+    # -- deliveries -------------------------------------------------------------------------
+    def deliver(self, s: _Sub, d: Delivery) -> None:
+        msg = d.message
+        extra: dict[str, str] = {}
+        for k, v in msg.properties.items():
+            if k not in _OWN_HEADERS and v is not None:
+                extra[k] = v if isinstance(v, str) else _prop_text(v)
+        if msg.durable:
+            extra["persistent"] = "true"
+        if msg.priority != DEFAULT_PRIORITY:
+            extra["priority"] = str(msg.priority)
+        if msg.expiration:
+            extra["expires"] = str(msg.expiration)
+        if d.ref.delivery_count > 1:
+            extra["redelivered"] = "true"
+        mid = str(msg.id)
+        ack_id: str | None = None
+        if s.ack != "auto":
+            if self.version == "1.2":
+                self._ack_seq += 1
+                ack_id = f"{self._ack_seq}"
+                self.pending_acks[ack_id] = (s, d.tag)
+            else:
+                self.pending_acks[mid] = (s, d.tag)
+        dest = format_destination(msg.address, s.routing) if s.routing else s.destination
+        self._write(encode_message(dest, mid, s.id, msg.body, extra, ack_id, self.version))
+
+    # -- ACK / NACK ------------------------------------------------------------------------
+    def _ack_target(self, frame: Frame) -> tuple[_Sub, int, str]:
+        h = frame.headers
+        key = h.get("id") if self.version == "1.2" else h.get("message-id")
+        if key is None:
+            raise StompError(f"{frame.command} frame has no {'id' if self.version == '1.2' else 'message-id'} header")
+        hit = self.pending_acks.get(key)
+        if hit is None:
+            raise StompError(f"{frame.command} for unknown message id {key!r}: not delivered on this connection or already acknowledged")
+        return hit[0], hit[1], key
+
+    def _on_ack(self, frame: Frame) -> None:
+        s, tag, key = self._ack_target(frame)
+        tx = self._tx(frame.headers["transaction"]) if "transaction" in frame.headers else None
+        consumer = s.sub.consumer
+        if s.ack == "client":
+            consumer.ack_cumulative(tag, tx)
+            for k, (owner, t) in list(self.pending_acks.items()):
+                if owner is s and t <= tag:
+                    del self.pending_acks[k]
+        else:
+            del self.pending_acks[key]
+            consumer.ack(tag, tx)
+        consumer.queue.dispatch()
+        if "receipt" in frame.headers and tx is None and s.sub.queue.durable:
+            self._receipt(frame, asyncio.ensure_future(self.engine.flush()))
+        else:
+            self._receipt(frame)
+
+    def _on_nack(self, frame: Frame) -> None:
+        if self.version == "1.0":
+            raise StompError("NACK is not part of STOMP 1.0")
+        s, tag, key = self._ack_target(frame)
+        tx = self._tx(frame.headers["transaction"]) if "transaction" in frame.headers else None
+        del self.pending_acks[key]
+        s.sub.consumer.nack(tag, tx)
+        self._receipt(frame)
+
+    # -- transactions ------------------------------------------------------------------------
+    def _tx(self, txid: str) -> Transaction:
+        tx = self.txs.get(txid)
+        if tx is None:
+            raise StompError(f"unknown transaction {txid!r}")
+        return tx
+
+    def _txid(self, frame: Frame) -> str:
+        txid = frame.headers.get("transaction")
+        if not txid:
+            raise StompError(f"{frame.command} frame has no transaction header")
+        return txid
+
+    def _on_begin(self, frame: Frame) -> None:
+        txid = self._txid(frame)
+        if txid in self.txs:
+            raise StompError(f"transaction {txid!r} is already active")
+        self.txs[txid] = self.engine.begin(txid)
+        self._receipt(frame)
+
+    def _on_commit(self, frame: Frame) -> None:
+        txid = self._txid(frame)
+        tx = self._tx(txid)
+        del self.txs[txid]
+        fut = self.engine.commit(tx)
+        self._receipt(frame, fut)
+
+    def _on_abort(self, frame: Frame) -> None:
+        txid = self._txid(frame)
+        tx = self._tx(txid)
+        del self.txs[txid]
+        self.engine.rollback(tx)
+        self._receipt(frame)
+
+    # -- DISCONNECT ------------------------------------------------------------------------
+    def _on_disconnect(self, frame: Frame) -> None:
+        rid = frame.headers.get("receipt")
+        tail = self._tail
+        if rid is None:
+            self.close()
+            return
+
+        def finish(_: object = None) -> None:
+            if not self.closed:
+                self._frame("RECEIPT", {"receipt-id": rid})
+                self.close()
+
+        if tail is not None and not tail.done():
+            tail.add_done_callback(finish)
+        else:
+            finish()
+
+    _handlers = {
+        "SEND": _on_send,
+        "SUBSCRIBE": _on_subscribe,
+        "UNSUBSCRIBE": _on_unsubscribe,
+        "ACK": _on_ack,
+        "NACK": _on_nack,
+        "BEGIN": _on_begin,
+        "COMMIT": _on_commit,
+        "ABORT": _on_abort,
+        "DISCONNECT": _on_disconnect,
+    }
+
+
+class _Handler:
+    """Adapts engine deliveries to one subscription of a session."""
+
+    __slots__ = ("session", "sub")
+
+    def __init__(self, session: StompSession, sub: _Sub) -> None:
+        self.session = session
+        self.sub = sub
+
+    def deliver(self, delivery: Delivery) -> None:
+        self.session.deliver(self.sub, delivery)
+
+    def consumer_closed(self, consumer: object, reason: str) -> None:
+        if not self.session.closed:
+            self.session.fail(f"subscription {self.sub.id!r} closed: {reason}")
+
+
+def _parse_heartbeat(value: str) -> tuple[int, int]:
+    try:
+        a, b = value.split(",")
+        cx, cy = int(a), int(b)
+    except ValueError:
+        raise StompError(f"invalid heart-beat header {value!r}: expected two integers like 10000,10000") from None
+    if cx < 0 or cy < 0:
+        raise StompError(f"invalid heart-beat header {value!r}: negative interval")
+    return cx, cy
+
+
+def _int_value(what: str, value: str) -> int:
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise StompError(f"invalid {what} {value!r}: expected an integer") from None
+
+
+def _int_header(h: dict[str, str], name: str, lo: int, hi: int | None) -> int:
+    v = _int_value(f"{name} header", h[name])
+    if v < lo or (hi is not None and v > hi):
+        raise StompError(f"invalid {name} header {v}: expected {lo}..{hi if hi is not None else 'any'}")
+    return v
+
+
+def _prop_text(v: PropertyValue) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)

@@ -1,0 +1,20 @@
+import asyncio
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+for p in (ROOT, ROOT / "tests", ROOT / "tests" / "core", ROOT / "tests" / "gateway"):
+    if str(p) not in sys.path:
+        sys.path.insert(0, str(p))
+
+
+@pytest.fixture
+def run():
+    """Run a coroutine to completion on a fresh event loop."""
+
+    def _run(coro, timeout: float = 60):
+        return asyncio.run(asyncio.wait_for(coro, timeout))
+
+    return _run

@@ -1,0 +1,184 @@
+"""Bad input gets an ERROR frame naming the problem, the connection is closed, and nobody
+else notices."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pytest
+from nodekit import NodeProcess, RawStomp, header
+from stompkit import connect, unique
+
+USERS = """
+[[users]]
+name = "app"
+password = "secret"
+roles = ["rw"]
+
+[[permissions]]
+match = "#"
+send = ["rw"]
+consume = ["rw"]
+browse = ["rw"]
+create_durable_queue = ["rw"]
+create_non_durable_queue = ["rw"]
+delete_durable_queue = ["rw"]
+delete_non_durable_queue = ["rw"]
+
+[[users]]
+name = "reader"
+password = "r"
+roles = ["ro"]
+
+[[permissions]]
+match = "private.#"
+consume = ["rw"]
+
+[acceptors.stomp]
+url = "tcp://127.0.0.1:PORT"
+max_frame_size = "64KiB"
+max_body_size = "32KiB"
+max_headers = 20
+max_header_length = "1KiB"
+heartbeat_receive = "300ms"
+heartbeat_send = "300ms"
+heartbeat_min = "100ms"
+"""
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory):
+    from nodekit import free_port
+
+    port = free_port()
+    n = NodeProcess(tmp_path_factory.mktemp("stomp-errors"), extra_config=USERS.replace("PORT", str(port)))
+    # the acceptors table above replaces the default stomp line: rewrite the config
+    text = n.config_path.read_text().replace(f'stomp = "tcp://127.0.0.1:{n.stomp_port}"\n', "")
+    n.config_path.write_text(text)
+    n.stomp_port = port
+    n.start()
+    yield n
+    n.stop()
+
+
+@pytest.fixture
+def bystander(node):
+    """A healthy client that keeps working while others misbehave."""
+    q = unique("bystander")
+    conn, lst = connect(node.stomp_port, login="app", passcode="secret")
+    conn.subscribe(f"/queue/{q}", id="s")
+    yield conn, lst, q
+    conn.send(f"/queue/{q}", "still-alive")
+    assert lst.wait_messages(1)[-1].body == "still-alive"
+    conn.disconnect()
+
+
+def raw_connected(node) -> RawStomp:
+    r = RawStomp(node.stomp_port)
+    reply = r.connect("1.2", "login:app\npasscode:secret\n")
+    assert reply.startswith(b"CONNECTED"), reply
+    return r
+
+
+def expect_error(r: RawStomp, fragment: str) -> bytes:
+    frame = r.read_frame()
+    assert frame.startswith(b"ERROR"), frame
+    msg = header(frame, "message") or ""
+    assert fragment in msg, f"{fragment!r} not in {msg!r}"
+    r.read_until_closed()
+    r.close()
+    return frame
+
+
+CASES = [
+    ("frame before CONNECT", None, b"SEND\ndestination:/queue/x\n\nhi\x00", "expected CONNECT"),
+    ("unknown command", "c", b"FROB\n\n\x00", "unknown command"),
+    ("missing destination", "c", b"SEND\n\nbody\x00", "no destination"),
+    ("malformed header", "c", b"SEND\ndestination /queue/x\n\n\x00", "malformed header"),
+    ("bad escape", "c", b"SEND\ndestination:/queue/a\\tb\n\n\x00", "escape"),
+    ("bad content-length", "c", b"SEND\ndestination:/queue/x\ncontent-length:abc\n\n\x00", "content-length"),
+    ("content-length overrun", "c", b"SEND\ndestination:/queue/x\ncontent-length:2\n\nabcdef\x00", "NUL"),
+    ("bad selector", "c", b"SUBSCRIBE\nid:1\ndestination:/queue/x\nselector:color = = 'red'\n\n\x00", "selector"),
+    ("bad ack mode", "c", b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", "ack mode"),
+    ("subscribe without id", "c", b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", "no id"),
+    ("ack unknown id", "c", b"ACK\nid:nope\n\n\x00", "unknown message id"),
+    ("nack unknown id", "c", b"NACK\nid:nope\n\n\x00", "unknown message id"),
+    ("commit unknown tx", "c", b"COMMIT\ntransaction:t-none\n\n\x00", "unknown transaction"),
+    ("abort unknown tx", "c", b"ABORT\ntransaction:t-none\n\n\x00", "unknown transaction"),
+    ("send in unknown tx", "c", b"SEND\ndestination:/queue/x\ntransaction:zz\n\nb\x00", "unknown transaction"),
+    ("double begin", "c", b"BEGIN\ntransaction:t1\n\n\x00BEGIN\ntransaction:t1\n\n\x00", "already active"),
+    ("bad priority", "c", b"SEND\ndestination:/queue/x\npriority:high\n\n\x00", "priority"),
+    ("too many headers", "c", b"SEND\ndestination:/queue/x\n" + b"".join(b"h%d:v\n" % i for i in range(30)) + b"\n\x00", "headers"),
+    ("header too long", "c", b"SEND\ndestination:/queue/x\nbig:" + b"v" * 2000 + b"\n\n\x00", "header"),
+    ("body over limit", "c", b"SEND\ndestination:/queue/x\ncontent-length:40000\n\n" + b"x" * 40000 + b"\x00", "body"),
+    ("frame over limit", "c", b"SEND\ndestination:/queue/x\n\n" + b"x" * 70000 + b"\x00", "frame"),
+    ("not authorized to send", "c", b"SEND\ndestination:/queue/private.x\n\nb\x00", "not authorized"),
+]
+
+
+@pytest.mark.parametrize("name,state,data,fragment", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_gets_error_and_close(node, bystander, name, state, data, fragment):
+    if state is None:
+        r = RawStomp(node.stomp_port)
+    else:
+        r = raw_connected(node)
+    r.send(data)
+    expect_error(r, fragment)
+
+
+def test_error_carries_receipt_id(node):
+    r = raw_connected(node)
+    r.send(b"SEND\nreceipt:77\n\nbody\x00")
+    frame = expect_error(r, "no destination")
+    assert header(frame, "receipt-id") == "77"
+
+
+def test_bad_credentials(node, bystander):
+    r = RawStomp(node.stomp_port)
+    r.send(b"CONNECT\naccept-version:1.2\nhost:x\nlogin:app\npasscode:wrong\n\n\x00")
+    expect_error(r, "authentication failed")
+    r = RawStomp(node.stomp_port)
+    r.send(b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00")
+    expect_error(r, "authentication failed")
+
+
+def test_unsupported_version(node):
+    r = RawStomp(node.stomp_port)
+    r.send(b"CONNECT\naccept-version:2.0\nhost:x\n\n\x00")
+    frame = r.read_frame()
+    assert frame.startswith(b"ERROR") and header(frame, "version") == "1.0,1.1,1.2"
+    r.read_until_closed()
+
+
+def test_dead_connection_is_detected(node, bystander):
+    r = RawStomp(node.stomp_port)
+    reply = r.connect("1.2", "login:app\npasscode:secret\nheart-beat:300,0\n")
+    assert reply.startswith(b"CONNECTED")
+    t0 = time.monotonic()
+    r.read_until_closed(limit=5)  # we never send heart-beats: the server must hang up
+    assert time.monotonic() - t0 < 3
+
+
+def test_garbage_bytes_do_not_hurt_others(node, bystander):
+    for junk in (b"\xff\xfe\x00\x01" * 100, b"\x00" * 10, b"CONNECT\naccept-version:1.2\n\n\x00" + b"\x80" * 50):
+        s = socket.create_connection(("127.0.0.1", node.stomp_port))
+        s.sendall(junk)
+        s.settimeout(3)
+        try:
+            while s.recv(4096):
+                pass
+        except (TimeoutError, ConnectionResetError):
+            pass
+        s.close()
+
+
+def test_most_specific_permission_pattern_decides(node):
+    conn, lst = connect(node.stomp_port, login="app", passcode="secret")
+    conn.subscribe("/queue/private.inbox", id="s", receipt="ok")
+    lst.wait_receipt("ok")
+    conn.disconnect()
+    c2, l2 = connect(node.stomp_port, login="reader", passcode="r")
+    c2.subscribe("/queue/private.inbox", id="s")
+    err = l2.wait_error()
+    assert "not authorized" in err.headers["message"]
