@@ -67,14 +67,28 @@ class Scenario:
 
 
 SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("nonpersistent", "non-persistent, send then drain", ("--mode", "nonpersistent"), "big"),
+    Scenario(
+        "nonpersistent", "non-persistent, send then drain", ("--mode", "nonpersistent"), "big"
+    ),
     Scenario("live", "non-persistent, consumer attached (live)", ("--mode", "live"), "big"),
-    Scenario("client-ack", "non-persistent, client-individual ack",
-             ("--mode", "nonpersistent", "--ack", "client-individual"), "big"),
-    Scenario("persistent-batch", "persistent, receipt every 1000",
-             ("--mode", "persistent-batch", "--batch", "1000"), "big"),
-    Scenario("persistent-sync", "persistent, receipt every msg, 1 producer",
-             ("--mode", "persistent-sync"), "sync"),
+    Scenario(
+        "client-ack",
+        "non-persistent, client-individual ack",
+        ("--mode", "nonpersistent", "--ack", "client-individual"),
+        "big",
+    ),
+    Scenario(
+        "persistent-batch",
+        "persistent, receipt every 1000",
+        ("--mode", "persistent-batch", "--batch", "1000"),
+        "big",
+    ),
+    Scenario(
+        "persistent-sync",
+        "persistent, receipt every msg, 1 producer",
+        ("--mode", "persistent-sync"),
+        "sync",
+    ),
     Scenario("concurrent-sync", "persistent, receipt every msg, 16 producers", (), "concurrent"),
 )
 
@@ -151,8 +165,10 @@ def rss_mb(pid: int) -> float:
             if psutil is not None:
                 total += psutil.Process(p).memory_info().rss
             else:
-                total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, ValueError, Exception):
+                total += int(Path(f"/proc/{p}/statm").read_text().split()[1]) * os.sysconf(
+                    "SC_PAGE_SIZE"
+                )
+        except Exception:  # process gone or unreadable
             pass
     return round(total / 2**20, 1)
 
@@ -168,7 +184,7 @@ def cpu_s(pid: int) -> float:
             else:
                 f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
                 total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, Exception):
+        except Exception:  # process gone or unreadable
             pass
     return total
 
@@ -271,17 +287,26 @@ class PeerBroker(Broker):
         self.attempted = True
         env = dict(os.environ, READY_TIMEOUT=str(int(self.ready_timeout)))
         try:
-            r = subprocess.run([str(self.script), "start", self.name], capture_output=True, text=True,
-                               timeout=self.ready_timeout + 60, env=env, stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                [str(self.script), "start", self.name],
+                capture_output=True,
+                text=True,
+                timeout=self.ready_timeout + 60,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired as e:
-            raise BrokerError(f"brokers.sh start {self.name} did not return in "
-                              f"{self.ready_timeout + 60:.0f}s") from e
+            raise BrokerError(
+                f"brokers.sh start {self.name} did not return in {self.ready_timeout + 60:.0f}s"
+            ) from e
         out = r.stdout + r.stderr
         if "PID " in r.stdout:
             self.pid = int(r.stdout.split("PID ", 1)[1].split()[0])
         if r.returncode != 0 or "READY_S " not in r.stdout:
-            raise BrokerError(f"brokers.sh start {self.name} failed (rc {r.returncode}): {out.strip()[-1500:]}"
-                              f"\n  see /tmp/peers-run/{self.name}/console.log")
+            raise BrokerError(
+                f"brokers.sh start {self.name} failed (rc {r.returncode}): {out.strip()[-1500:]}"
+                f"\n  see /tmp/peers-run/{self.name}/console.log"
+            )
         return float(r.stdout.split("READY_S ", 1)[1].split()[0])
 
     def stop(self) -> float | None:
@@ -290,14 +315,24 @@ class PeerBroker(Broker):
         self.attempted = False
         with no_sigint():
             try:
-                r = subprocess.run([str(self.script), "stop", self.name], capture_output=True, text=True,
-                                   timeout=150, stdin=subprocess.DEVNULL)
+                r = subprocess.run(
+                    [str(self.script), "stop", self.name],
+                    capture_output=True,
+                    text=True,
+                    timeout=150,
+                    stdin=subprocess.DEVNULL,
+                )
             except subprocess.TimeoutExpired:
-                print(f"[{self.name}] WARNING: brokers.sh stop timed out; check brokers.sh status {self.name}",
-                      file=sys.stderr)
+                print(
+                    f"[{self.name}] WARNING: brokers.sh stop timed out; check brokers.sh status {self.name}",
+                    file=sys.stderr,
+                )
                 return None
         if r.returncode != 0:
-            print(f"[{self.name}] WARNING: brokers.sh stop rc {r.returncode}: {r.stderr.strip()}", file=sys.stderr)
+            print(
+                f"[{self.name}] WARNING: brokers.sh stop rc {r.returncode}: {r.stderr.strip()}",
+                file=sys.stderr,
+            )
         secs = [float(x.split()[0]) for x in r.stdout.split("STOP_S ")[1:]]
         return secs[0] if secs else None
 
@@ -307,8 +342,14 @@ class WaystationBroker(Broker):
 
     name = "waystation"
 
-    def __init__(self, config: str | None, port: int, ready_timeout: float, keep: bool,
-                 python: str = sys.executable) -> None:
+    def __init__(
+        self,
+        config: str | None,
+        port: int,
+        ready_timeout: float,
+        keep: bool,
+        python: str = sys.executable,
+    ) -> None:
         self.config = str(Path(config).resolve()) if config else None
         self.port, self.ready_timeout, self.keep, self.python = port, ready_timeout, keep, python
         self.proc: subprocess.Popen[bytes] | None = None
@@ -330,16 +371,25 @@ class WaystationBroker(Broker):
 
     def start(self) -> float:
         if port_open(self.port):
-            raise BrokerError(f"port {self.port} is already in use: stop the other broker first "
-                              "(peers: brokers.sh stop NAME)")
+            raise BrokerError(
+                f"port {self.port} is already in use: stop the other broker first "
+                "(peers: brokers.sh stop NAME)"
+            )
         self.workdir = Path(tempfile.mkdtemp(prefix="waystation-bench-"))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         cmd = self.command()
         with open(self.workdir / "node.log", "wb") as log:
             t0 = time.monotonic()
-            self.proc = subprocess.Popen(cmd, cwd=self.workdir, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=self.workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.pid = self.proc.pid
         deadline = t0 + self.ready_timeout
         while True:
@@ -349,7 +399,8 @@ class WaystationBroker(Broker):
                 raise BrokerError(
                     f"waystation exited with code {rc} after {time.monotonic() - t0:.2f}s, before STOMP "
                     f"{HOST}:{self.port} accepted a connection\n  command: {' '.join(cmd)}\n"
-                    f"  cwd: {self.workdir} (kept; log: node.log)\n  --- last output ---\n{self._log_tail()}")
+                    f"  cwd: {self.workdir} (kept; log: node.log)\n  --- last output ---\n{self._log_tail()}"
+                )
             if port_open(self.port, timeout=0.25):
                 return round(time.monotonic() - t0, 3)
             if time.monotonic() > deadline:
@@ -357,7 +408,8 @@ class WaystationBroker(Broker):
                 raise BrokerError(
                     f"waystation not accepting STOMP on {HOST}:{self.port} after {self.ready_timeout:.0f}s"
                     f"\n  command: {' '.join(cmd)}\n  cwd: {self.workdir} (kept)\n"
-                    f"  --- last output ---\n{self._log_tail()}")
+                    f"  --- last output ---\n{self._log_tail()}"
+                )
             time.sleep(0.02)
 
     def stop(self) -> float | None:
@@ -423,15 +475,46 @@ class Settings:
         return self.n, min(self.warm_n, self.n)
 
 
-def client_cmd(st: Settings, target: str, scen: Scenario, args: tuple[str, ...], n: int) -> list[str]:
+def client_cmd(
+    st: Settings, target: str, scen: Scenario, args: tuple[str, ...], n: int
+) -> list[str]:
     """Command line of one measured client run."""
-    common = ["--port", str(st.port), "--timeout", str(st.timeout), "--idle", str(st.idle),
-              "--login", st.login, "--passcode", st.passcode, "--vhost", vhost_for(target)]
+    common = [
+        "--port",
+        str(st.port),
+        "--timeout",
+        str(st.timeout),
+        "--idle",
+        str(st.idle),
+        "--login",
+        st.login,
+        "--passcode",
+        st.passcode,
+        "--vhost",
+        vhost_for(target),
+    ]
     if scen.size == "concurrent":
-        return [st.python, str(Path(__file__).resolve()), "_concurrent", "--producers", str(st.producers),
-                "--per", str(n), *common]
-    return [st.python, str(st.bench_dir / "bench.py"), "stomp", "--host", HOST, "--n", str(n),
-            *common, *args]
+        return [
+            st.python,
+            str(Path(__file__).resolve()),
+            "_concurrent",
+            "--producers",
+            str(st.producers),
+            "--per",
+            str(n),
+            *common,
+        ]
+    return [
+        st.python,
+        str(st.bench_dir / "bench.py"),
+        "stomp",
+        "--host",
+        HOST,
+        "--n",
+        str(n),
+        *common,
+        *args,
+    ]
 
 
 def run_client(cmd: list[str], broker_pid: int | None, timeout: float) -> dict[str, Any]:
@@ -442,7 +525,9 @@ def run_client(cmd: list[str], broker_pid: int | None, timeout: float) -> dict[s
     t0 = time.monotonic()
     limit = 2 * timeout + 60
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=limit, stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=limit, stdin=subprocess.DEVNULL
+        )
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired:
         out, err, rc = "", f"client killed after {limit:.0f}s", -9
@@ -464,7 +549,9 @@ def run_client(cmd: list[str], broker_pid: int | None, timeout: float) -> dict[s
     res["broker_cpu_pct"] = round(100 * b_cpu / wall, 1) if wall and broker_pid else None
     res["client_cpu_pct"] = round(100 * c_cpu / wall, 1) if wall else None
     # everything else on the machine (other jobs, the sampler): a noise indicator
-    res["other_cpu_pct"] = round(max(0.0, 100 * (s1 - s0 - b_cpu - c_cpu) / wall), 1) if wall else None
+    res["other_cpu_pct"] = (
+        round(max(0.0, 100 * (s1 - s0 - b_cpu - c_cpu) / wall), 1) if wall else None
+    )
     if err and ("error" in res or res.get("timed_out")):
         res["stderr_tail"] = err[-800:]
     return res
@@ -479,27 +566,105 @@ def complete(r: dict[str, Any]) -> bool:
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Median / min / max of every rate over the measured runs."""
-    out: dict[str, Any] = {"runs": len(runs), "complete": sum(complete(r) for r in runs)}
+    """Median / min / max of every metric over the clean runs (all runs if none is clean)."""
+    good = [r for r in runs if complete(r)]
+    out: dict[str, Any] = {"runs": len(runs), "complete": len(good)}
     for k in (*RATE_KEYS, "broker_cpu_pct", "client_cpu_pct", "other_cpu_pct"):
-        vals = [r[k] for r in runs if isinstance(r.get(k), int | float)]
+        vals = [r[k] for r in (good or runs) if isinstance(r.get(k), int | float)]
         if vals:
-            out[k] = {"median": round(statistics.median(vals), 2), "min": min(vals), "max": max(vals)}
+            out[k] = {
+                "median": round(statistics.median(vals), 2),
+                "min": min(vals),
+                "max": max(vals),
+            }
     return out
+
+
+def wait_port(port: int, timeout: float, pid: int) -> float | None:
+    """Seconds until the STOMP port accepts (0 if at once); None if it never does or pid dies."""
+    t0 = time.monotonic()
+    while not port_open(port):
+        if not alive(pid) or time.monotonic() - t0 > timeout:
+            return None
+        time.sleep(0.1)
+    return round(time.monotonic() - t0, 2)
+
+
+async def _purge(a: argparse.Namespace, dest: str, idle: float) -> int:
+    conn = await stomp_open(a, Deadline(10))
+    conn.write(f"SUBSCRIBE\nid:0\ndestination:{dest}\nack:auto\n\n".encode() + b"\x00")
+    conn.progress_at = time.monotonic()
+    while time.monotonic() - conn.progress_at < idle:
+        await asyncio.sleep(0.2)
+    await stomp_close(conn)
+    return conn.count
+
+
+def purge(
+    st: Settings, target: str, dest: str, idle: float = 2.0, limit: float = 90.0
+) -> int | str:
+    """Consume what a broken run left in ``dest`` so it cannot burden the next scenario."""
+    a = argparse.Namespace(
+        port=st.port, vhost=vhost_for(target), login=st.login, passcode=st.passcode
+    )
+    try:
+        return asyncio.run(asyncio.wait_for(_purge(a, dest, idle), limit))
+    except Exception as e:  # best effort
+        return f"purge failed: {e!r}"[:200]
+
+
+def measure(
+    st: Settings,
+    target: str,
+    scen: Scenario,
+    args: tuple[str, ...],
+    n: int,
+    pid: int,
+    events: list[str],
+) -> dict[str, Any]:
+    """One guarded client run: wait for the STOMP port, run, purge leftovers of a broken run."""
+    waited = wait_port(st.port, st.ready_timeout, pid)
+    if waited is None:
+        return {
+            "error": f"STOMP port {st.port} not accepting connections (broker down)",
+            "broker_down": True,
+        }
+    if waited > 0.2:
+        events.append(
+            f"{scen.key}: STOMP port was down, back after {waited}s (broker restarted itself?)"
+        )
+        print(f"[{target}] WARNING {events[-1]}", file=sys.stderr, flush=True)
+    r = run_client(client_cmd(st, target, scen, args, n), pid, st.timeout)
+    if waited:
+        r["waited_for_port_s"] = waited
+    if not complete(r) and r.get("dest") and port_open(st.port):
+        r["purged"] = purge(st, target, r["dest"])
+    return r
 
 
 def brief(r: dict[str, Any]) -> str:
     """One progress line for a run."""
-    keys = ("send_rate", "recv_rate", "e2e_rate", "single_rate", "ratio_vs_single", "received",
-            "timed_out", "broker_cpu_pct", "client_cpu_pct", "other_cpu_pct")
+    keys = (
+        "send_rate",
+        "recv_rate",
+        "e2e_rate",
+        "single_rate",
+        "ratio_vs_single",
+        "received",
+        "timed_out",
+        "broker_cpu_pct",
+        "client_cpu_pct",
+        "other_cpu_pct",
+    )
     s = " ".join(f"{k}={r[k]}" for k in keys if r.get(k) is not None)
     if r.get("error"):
         s += " ERROR: " + str(r["error"]).strip().splitlines()[-1][:300]
     return s
 
 
-def run_target(st: Settings, target: str, wcfg: dict[str, Any],
-               save: Callable[[], None], res: dict[str, Any]) -> None:
+def run_target(
+    st: Settings, target: str, wcfg: dict[str, Any], save: Callable[[], None], res: dict[str, Any]
+) -> None:
     """Start one broker, run every scenario against it, always stop it; fill ``res``."""
     broker: Broker
     if target == "waystation":
@@ -508,6 +673,7 @@ def run_target(st: Settings, target: str, wcfg: dict[str, Any],
     else:
         broker = PeerBroker(target, st.bench_dir, st.ready_timeout)
     res.setdefault("scenarios", {})
+    events: list[str] = res.setdefault("events", [])
     sampler: Sampler | None = None
     try:
         print(f"[{target}] starting", flush=True)
@@ -525,7 +691,10 @@ def run_target(st: Settings, target: str, wcfg: dict[str, Any],
             return
         res["pid"] = pid
         res["rss_idle_mb"] = rss_mb(pid)
-        print(f"[{target}] pid {pid} ready {res['ready_s']}s, idle RSS {res['rss_idle_mb']} MB", flush=True)
+        print(
+            f"[{target}] pid {pid} ready {res['ready_s']}s, idle RSS {res['rss_idle_mb']} MB",
+            flush=True,
+        )
         sampler = Sampler(pid)
         sampler.start()
         save()
@@ -540,19 +709,26 @@ def run_target(st: Settings, target: str, wcfg: dict[str, Any],
             n, warm_n = st.sizes(scen)
             entry["n"] = n * st.producers if scen.size == "concurrent" else n
             entry["args"] = list(args)
-            entry["warmup"] = run_client(client_cmd(st, target, scen, args, warm_n), pid, st.timeout)
-            print(f"[{target}] {scen.key} warm-up (n={warm_n}): {brief(entry['warmup'])}", flush=True)
+            entry["warmup"] = measure(st, target, scen, args, warm_n, pid, events)
+            print(
+                f"[{target}] {scen.key} warm-up (n={warm_n}): {brief(entry['warmup'])}", flush=True
+            )
             entry["runs"] = []
             for rep in range(st.reps):
-                if not alive(pid):
+                if entry["warmup"].get("broker_down") or not alive(pid):
                     break
-                r = run_client(client_cmd(st, target, scen, args, n), pid, st.timeout)
+                r = measure(st, target, scen, args, n, pid, events)
                 entry["runs"].append(r)
                 print(f"[{target}] {scen.key} run {rep + 1}/{st.reps}: {brief(r)}", flush=True)
+                if r.get("broker_down"):
+                    break
             entry["summary"] = summarise(entry["runs"])
             save()
-            if not alive(pid):
-                res["error"] = f"broker process {pid} died during {scen.key}"
+            down = entry["warmup"].get("broker_down") or any(
+                r.get("broker_down") for r in entry["runs"]
+            )
+            if down or not alive(pid):
+                res["error"] = f"broker {pid} died or stopped serving STOMP during {scen.key}"
                 print(f"[{target}] ERROR {res['error']}", file=sys.stderr, flush=True)
                 break
     finally:
@@ -592,10 +768,16 @@ def target_table(name: str, res: dict[str, Any]) -> str:
     lines = [f"### {name}", ""]
     if res.get("error"):
         lines += [f"**error:** {res['error'].splitlines()[0]}", ""]
-    lines.append(f"ready {_num(res.get('ready_s'), 2)} s · idle RSS {_num(res.get('rss_idle_mb'), 1)} MB · "
-                 f"peak RSS {_num(res.get('rss_peak_mb'), 1)} MB · stop {_num(res.get('stop_s'), 2)} s")
-    lines += ["", "| scenario | N | send msg/s | recv msg/s | e2e msg/s | broker CPU % | client CPU % | notes |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"**event:** {ev}  " for ev in res.get("events", [])]
+    lines.append(
+        f"ready {_num(res.get('ready_s'), 2)} s · idle RSS {_num(res.get('rss_idle_mb'), 1)} MB · "
+        f"peak RSS {_num(res.get('rss_peak_mb'), 1)} MB · stop {_num(res.get('stop_s'), 2)} s"
+    )
+    lines += [
+        "",
+        "| scenario | N | send msg/s | recv msg/s | e2e msg/s | broker CPU % | client CPU % | notes |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for key, e in res.get("scenarios", {}).items():
         notes = [e.get("note", "")] if e.get("note") else []
         if e.get("skipped"):
@@ -603,17 +785,26 @@ def target_table(name: str, res: dict[str, Any]) -> str:
             continue
         s = e.get("summary")
         if s and "single_rate" in s:
-            notes.insert(0, f"1 producer {cell(s, 'single_rate', False)} msg/s; "
-                            f"16÷1 = {cell(s, 'ratio_vs_single', False, 2)}×")
+            notes.insert(
+                0,
+                f"1 producer {cell(s, 'single_rate', False)} msg/s; "
+                f"16÷1 = {cell(s, 'ratio_vs_single', False, 2)}×",
+            )
         if s and s.get("other_cpu_pct", {}).get("max", 0) > 20:
             notes.append(f"⚠ other load up to {s['other_cpu_pct']['max']:.0f} % CPU during runs")
         if s and s["complete"] < s["runs"]:
             notes.append(f"⚠ {s['runs'] - s['complete']} of {s['runs']} runs incomplete")
-        errs = {str(r.get("error")).strip().splitlines()[-1][:120] for r in e.get("runs", []) if r.get("error")}
+        errs = {
+            str(r.get("error")).strip().splitlines()[-1][:120]
+            for r in e.get("runs", [])
+            if r.get("error")
+        }
         notes += sorted(errs)
-        lines.append(f"| {key} | {_num(e.get('n'))} | {cell(s, 'send_rate')} | {cell(s, 'recv_rate')} | "
-                     f"{cell(s, 'e2e_rate')} | {cell(s, 'broker_cpu_pct', False)} | "
-                     f"{cell(s, 'client_cpu_pct', False)} | {'; '.join(notes)} |")
+        lines.append(
+            f"| {key} | {_num(e.get('n'))} | {cell(s, 'send_rate')} | {cell(s, 'recv_rate')} | "
+            f"{cell(s, 'e2e_rate')} | {cell(s, 'broker_cpu_pct', False)} | "
+            f"{cell(s, 'client_cpu_pct', False)} | {'; '.join(notes)} |"
+        )
     return "\n".join(lines)
 
 
@@ -630,11 +821,19 @@ def side_by_side(results: dict[str, dict[str, Any]]) -> str:
         keys += [k for k in r.get("scenarios", {}) if k not in keys]
     for key in keys:
         ents = [results[n].get("scenarios", {}).get(key, {}) for n in names]
-        metrics = [("send_rate", "send msg/s"), ("recv_rate", "recv msg/s"), ("e2e_rate", "e2e msg/s")]
+        metrics = [
+            ("send_rate", "send msg/s"),
+            ("recv_rate", "recv msg/s"),
+            ("e2e_rate", "e2e msg/s"),
+        ]
         if key == "concurrent-sync":
-            metrics = [("send_rate", "16 producers, aggregate send msg/s"),
-                       ("single_rate", "1 producer send msg/s"), ("ratio_vs_single", "ratio 16 ÷ 1"),
-                       ("recv_rate", "recv msg/s"), ("e2e_rate", "e2e msg/s")]
+            metrics = [
+                ("send_rate", "16 producers, aggregate send msg/s"),
+                ("single_rate", "1 producer send msg/s"),
+                ("ratio_vs_single", "ratio 16 ÷ 1"),
+                ("recv_rate", "recv msg/s"),
+                ("e2e_rate", "e2e msg/s"),
+            ]
         for mk, label in metrics:
             if key == "live" and mk == "recv_rate":
                 continue
@@ -643,15 +842,28 @@ def side_by_side(results: dict[str, dict[str, Any]]) -> str:
                 if e.get("skipped"):
                     vals.append("skipped")
                 else:
-                    vals.append(cell(e.get("summary"), mk, False, 2 if mk == "ratio_vs_single" else 0))
+                    vals.append(
+                        cell(e.get("summary"), mk, False, 2 if mk == "ratio_vs_single" else 0)
+                    )
             row(key, label, vals)
     row("broker", "ready s", [_num(results[n].get("ready_s"), 2) for n in names])
     row("broker", "idle RSS MB", [_num(results[n].get("rss_idle_mb"), 1) for n in names])
     row("broker", "peak RSS MB", [_num(results[n].get("rss_peak_mb"), 1) for n in names])
+
+    def other_max(r: dict[str, Any]) -> float | None:
+        vals = [
+            e["summary"]["other_cpu_pct"]["max"]
+            for e in r.get("scenarios", {}).values()
+            if e.get("summary", {}).get("other_cpu_pct")
+        ]
+        return max(vals) if vals else None
+
+    row("noise", "max other CPU % in runs", [_num(other_max(results[n])) for n in names])
     notes = []
     for n in names:
         if results[n].get("error"):
             notes.append(f"- {n}: **error** {results[n]['error'].splitlines()[0]}")
+        notes += [f"- {n}: {ev}" for ev in results[n].get("events", [])]
         for key, e in results[n].get("scenarios", {}).items():
             if e.get("note"):
                 notes.append(f"- {n} {key}: {e['note']}")
@@ -720,7 +932,9 @@ class StompConn(asyncio.Protocol):
                 head_end, body_start = lf, lf + 2
             else:
                 break
-            head = bytes(buf[pos:head_end]).replace(b"\r", b"").decode("utf-8", "replace").split("\n")
+            head = (
+                bytes(buf[pos:head_end]).replace(b"\r", b"").decode("utf-8", "replace").split("\n")
+            )
             headers: dict[str, str] = {}
             for line in head[1:]:
                 k, _, v = line.partition(":")
@@ -777,7 +991,8 @@ async def stomp_open(a: argparse.Namespace, dl: Deadline, expect: int = 0) -> St
     """Connect and complete the STOMP handshake."""
     loop = asyncio.get_running_loop()
     _, conn = await asyncio.wait_for(
-        loop.create_connection(lambda: StompConn(expect), HOST, a.port), dl.left())
+        loop.create_connection(lambda: StompConn(expect), HOST, a.port), dl.left()
+    )
     head = ["CONNECT", "accept-version:1.0,1.1,1.2", f"host:{a.vhost}", "heart-beat:0,0"]
     if a.login:
         head += [f"login:{a.login}", f"passcode:{a.passcode}"]
@@ -800,12 +1015,16 @@ async def stomp_close(conn: StompConn) -> None:
             conn.transport.close()
 
 
-async def sync_producers(a: argparse.Namespace, dest: str, producers: int, per: int) -> dict[str, Any]:
+async def sync_producers(
+    a: argparse.Namespace, dest: str, producers: int, per: int
+) -> dict[str, Any]:
     """``producers`` connections, each: SEND persistent+receipt, wait for it, repeat ``per`` times."""
     dl = Deadline(a.timeout)
     body = b"x" * a.size
-    head = (f"SEND\ndestination:{dest}\npersistent:true\ncontent-type:application/octet-stream\n"
-            f"content-length:{len(body)}\n")
+    head = (
+        f"SEND\ndestination:{dest}\npersistent:true\ncontent-type:application/octet-stream\n"
+        f"content-length:{len(body)}\n"
+    )
     conns = await asyncio.gather(*(stomp_open(a, dl) for _ in range(producers)))
     go = asyncio.Event()
     confirmed = [0] * producers
@@ -836,8 +1055,13 @@ async def sync_producers(a: argparse.Namespace, dest: str, producers: int, per: 
         await asyncio.gather(*(stomp_close(c) for c in conns), return_exceptions=True)
     total = sum(confirmed)
     secs = (max(t_last) - t0) if total else 0.0
-    return {"sent": producers * per, "confirmed": total, "send_s": round(secs, 4),
-            "send_rate": round(total / secs, 1) if secs > 0 else None, "timed_out": timed_out}
+    return {
+        "sent": producers * per,
+        "confirmed": total,
+        "send_s": round(secs, 4),
+        "send_rate": round(total / secs, 1) if secs > 0 else None,
+        "timed_out": timed_out,
+    }
 
 
 async def drain(a: argparse.Namespace, dest: str, expect: int) -> dict[str, Any]:
@@ -857,19 +1081,34 @@ async def drain(a: argparse.Namespace, dest: str, expect: int) -> dict[str, Any]
         conn.all_received.result()  # raise a STOMP ERROR
     secs = ((conn.t_last or time.monotonic()) - t0) if conn.count else 0.0
     await stomp_close(conn)
-    return {"received": conn.count, "recv_s": round(secs, 4),
-            "recv_rate": round(conn.count / secs, 1) if secs > 0 else None, "recv_timed_out": timed_out}
+    return {
+        "received": conn.count,
+        "recv_s": round(secs, 4),
+        "recv_rate": round(conn.count / secs, 1) if secs > 0 else None,
+        "recv_timed_out": timed_out,
+    }
 
 
 async def concurrent_run(a: argparse.Namespace) -> dict[str, Any]:
     """1 producer, then ``a.producers`` producers (separate queues); drain each; compare."""
     tag = uuid.uuid4().hex[:8]
     single_q, multi_q = f"/queue/bench-c1-{tag}", f"/queue/bench-c{a.producers}-{tag}"
-    res: dict[str, Any] = {"proto": "stomp", "mode": "concurrent-sync", "producers": a.producers,
-                           "per_producer": a.per, "n": a.producers * a.per, "size": a.size, "dest": multi_q}
+    res: dict[str, Any] = {
+        "proto": "stomp",
+        "mode": "concurrent-sync",
+        "producers": a.producers,
+        "per_producer": a.per,
+        "n": a.producers * a.per,
+        "size": a.size,
+        "dest": multi_q,
+    }
     one = await sync_producers(a, single_q, 1, a.per)
-    res.update(single_n=a.per, single_confirmed=one["confirmed"], single_send_s=one["send_s"],
-               single_rate=one["send_rate"])
+    res.update(
+        single_n=a.per,
+        single_confirmed=one["confirmed"],
+        single_send_s=one["send_s"],
+        single_rate=one["send_rate"],
+    )
     one_d = await drain(a, single_q, one["confirmed"])
     res["single_received"] = one_d["received"]
     many = await sync_producers(a, multi_q, a.producers, a.per)
@@ -910,29 +1149,63 @@ def concurrent_main(argv: list[str]) -> int:
 # CLI
 # ------------------------------------------------------------------------------------------
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--target", action="append", default=[], choices=TARGETS, help="one target (repeatable)")
-    ap.add_argument("--targets", default="", help="comma list, run in this order, e.g. "
-                                                  "waystation,rabbitmq,activemq,coilmq")
-    ap.add_argument("--scenarios", default="", help="comma list of scenario keys (default all): "
-                                                    + ",".join(s.key for s in SCENARIOS))
-    ap.add_argument("--json", dest="json_out", help="save raw results here (written after every scenario)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--target", action="append", default=[], choices=TARGETS, help="one target (repeatable)"
+    )
+    ap.add_argument(
+        "--targets",
+        default="",
+        help="comma list, run in this order, e.g. waystation,rabbitmq,activemq,coilmq",
+    )
+    ap.add_argument(
+        "--scenarios",
+        default="",
+        help="comma list of scenario keys (default all): " + ",".join(s.key for s in SCENARIOS),
+    )
+    ap.add_argument(
+        "--json", dest="json_out", help="save raw results here (written after every scenario)"
+    )
     ap.add_argument("--quick", action="store_true", help="small N, 1 measured run: a smoke test")
     ap.add_argument("--n", type=int, help="messages for the big scenarios (default 100000)")
     ap.add_argument("--sync-n", type=int, help="messages for persistent-sync (default 5000)")
-    ap.add_argument("--producers", type=int, default=16, help="concurrent-sync producers (default 16)")
-    ap.add_argument("--per-producer", type=int, help="concurrent-sync messages per producer (default 1000)")
+    ap.add_argument(
+        "--producers", type=int, default=16, help="concurrent-sync producers (default 16)"
+    )
+    ap.add_argument(
+        "--per-producer", type=int, help="concurrent-sync messages per producer (default 1000)"
+    )
     ap.add_argument("--warm-n", type=int, help="warm-up N for the big scenarios (default 20000)")
-    ap.add_argument("--reps", type=int, help="measured runs per scenario, median reported (default 3)")
-    ap.add_argument("--timeout", type=float, default=120, help="seconds per client phase (default 120)")
-    ap.add_argument("--idle", type=float, default=10, help="give up a drain idle this long (default 10)")
-    ap.add_argument("--settle", type=float, default=3, help="seconds after ready before idle RSS (default 3)")
-    ap.add_argument("--ready-timeout", type=float, default=90, help="seconds to wait for a broker (default 90)")
-    ap.add_argument("--port", type=int, default=STOMP_PORT, help="STOMP port (peers always use 61613)")
+    ap.add_argument(
+        "--reps", type=int, help="measured runs per scenario, median reported (default 3)"
+    )
+    ap.add_argument(
+        "--timeout", type=float, default=120, help="seconds per client phase (default 120)"
+    )
+    ap.add_argument(
+        "--idle", type=float, default=10, help="give up a drain idle this long (default 10)"
+    )
+    ap.add_argument(
+        "--settle", type=float, default=3, help="seconds after ready before idle RSS (default 3)"
+    )
+    ap.add_argument(
+        "--ready-timeout", type=float, default=90, help="seconds to wait for a broker (default 90)"
+    )
+    ap.add_argument(
+        "--port", type=int, default=STOMP_PORT, help="STOMP port (peers always use 61613)"
+    )
     ap.add_argument("--config", help="waystation: config file passed to `gateway.cli run`")
-    ap.add_argument("--keep-data", action="store_true", help="waystation: keep the temp working dir")
-    ap.add_argument("--bench-dir", default=str(DEFAULT_BENCH_DIR), help="folder of bench.py and brokers.sh")
-    ap.add_argument("--client-python", help="interpreter for the clients (default: peers venv, else this one)")
+    ap.add_argument(
+        "--keep-data", action="store_true", help="waystation: keep the temp working dir"
+    )
+    ap.add_argument(
+        "--bench-dir", default=str(DEFAULT_BENCH_DIR), help="folder of bench.py and brokers.sh"
+    )
+    ap.add_argument(
+        "--client-python", help="interpreter for the clients (default: peers venv, else this one)"
+    )
     ap.add_argument("--login", default="guest")
     ap.add_argument("--passcode", default="guest")
     a = ap.parse_args(argv)
@@ -958,13 +1231,25 @@ def settings_from(a: argparse.Namespace) -> Settings:
     bench_dir = Path(a.bench_dir)
     python = a.client_python or (str(PEERS_PYTHON) if PEERS_PYTHON.exists() else sys.executable)
     return Settings(
-        bench_dir=bench_dir, python=python, port=a.port,
-        n=a.n or (5000 if q else 100000), sync_n=a.sync_n or (500 if q else 5000),
-        producers=a.producers, per_producer=a.per_producer or (50 if q else 1000),
-        warm_n=a.warm_n or (1000 if q else 20000), sync_warm_n=100 if q else 1000,
-        warm_per_producer=10 if q else 100, reps=a.reps or (1 if q else 3),
-        timeout=a.timeout, idle=a.idle, settle=a.settle, ready_timeout=a.ready_timeout,
-        login=a.login, passcode=a.passcode, scenarios=a.scenario_list)
+        bench_dir=bench_dir,
+        python=python,
+        port=a.port,
+        n=a.n or (5000 if q else 100000),
+        sync_n=a.sync_n or (500 if q else 5000),
+        producers=a.producers,
+        per_producer=a.per_producer or (50 if q else 1000),
+        warm_n=a.warm_n or (1000 if q else 20000),
+        sync_warm_n=100 if q else 1000,
+        warm_per_producer=10 if q else 100,
+        reps=a.reps or (1 if q else 3),
+        timeout=a.timeout,
+        idle=a.idle,
+        settle=a.settle,
+        ready_timeout=a.ready_timeout,
+        login=a.login,
+        passcode=a.passcode,
+        scenarios=a.scenario_list,
+    )
 
 
 def host_info() -> dict[str, Any]:
@@ -987,13 +1272,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.py not found in {st.bench_dir} (use --bench-dir)", file=sys.stderr)
         return 2
     doc: dict[str, Any] = {
-        "started": datetime.datetime.now().isoformat(timespec="seconds"), "host": host_info(),
-        "settings": {"n": st.n, "sync_n": st.sync_n, "producers": st.producers,
-                     "per_producer": st.per_producer, "warm_n": st.warm_n, "sync_warm_n": st.sync_warm_n,
-                     "warm_per_producer": st.warm_per_producer, "reps": st.reps, "timeout": st.timeout,
-                     "settle_s": st.settle, "client_python": st.python, "bench_dir": str(st.bench_dir),
-                     "size": 100, "login": st.login},
-        "targets": {}}
+        "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "host": host_info(),
+        "settings": {
+            "n": st.n,
+            "sync_n": st.sync_n,
+            "producers": st.producers,
+            "per_producer": st.per_producer,
+            "warm_n": st.warm_n,
+            "sync_warm_n": st.sync_warm_n,
+            "warm_per_producer": st.warm_per_producer,
+            "reps": st.reps,
+            "timeout": st.timeout,
+            "settle_s": st.settle,
+            "client_python": st.python,
+            "bench_dir": str(st.bench_dir),
+            "size": 100,
+            "login": st.login,
+        },
+        "targets": {},
+    }
 
     def save() -> None:
         if a.json_out:
@@ -1023,8 +1321,10 @@ def main(argv: list[str] | None = None) -> int:
     doc["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
     save()
     if len(doc["targets"]) > 1:
-        print(f"## Side by side (median msg/s of {st.reps} run(s); N={st.n:,}, sync N={st.sync_n:,}, "
-              f"concurrent {st.producers}×{st.per_producer:,}; ⚠ = some run incomplete)\n")
+        print(
+            f"## Side by side (median msg/s of {st.reps} run(s); N={st.n:,}, sync N={st.sync_n:,}, "
+            f"concurrent {st.producers}×{st.per_producer:,}; ⚠ = some run incomplete)\n"
+        )
         print(side_by_side(doc["targets"]))
     if a.json_out:
         print(f"\nraw results: {a.json_out}")

@@ -30,7 +30,9 @@ def validate_name(name: str, *, allow_wildcards: bool = True) -> str:
         raise InvalidAddress(f"address name {name!r} has an empty word (leading, trailing or '..')")
     for w in words:
         if ("*" in w or "#" in w) and w not in ("*", "#"):
-            raise InvalidAddress(f"in {name!r}: wildcard characters must stand alone as a word, got {w!r}")
+            raise InvalidAddress(
+                f"in {name!r}: wildcard characters must stand alone as a word, got {w!r}"
+            )
         if not allow_wildcards and w in ("*", "#"):
             raise InvalidAddress(f"{name!r} contains a wildcard where a concrete address is needed")
     return name

@@ -23,7 +23,9 @@ class MessageRef:
 
     __slots__ = ("message", "queue", "rid", "delivery_count", "group")
 
-    def __init__(self, message: Message, queue: Queue, rid: int = 0, delivery_count: int = 0) -> None:
+    def __init__(
+        self, message: Message, queue: Queue, rid: int = 0, delivery_count: int = 0
+    ) -> None:
         self.message = message
         self.queue = queue
         self.rid = rid  # journal record id of this reference; 0 when not persisted
@@ -106,7 +108,11 @@ class Consumer:
         self.acked = 0
 
     def ready(self) -> bool:
-        return not self.paused and not self.closed and (self.window <= 0 or len(self.in_flight) < self.window)
+        return (
+            not self.paused
+            and not self.closed
+            and (self.window <= 0 or len(self.in_flight) < self.window)
+        )
 
     def _deliver(self, ref: MessageRef) -> None:
         self._next_tag += 1

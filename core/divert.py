@@ -28,14 +28,16 @@ def load_transformer(path: str) -> Transformer:
     if not sep:
         mod_name, _, attr = path.rpartition(".")
     if not mod_name or not attr:
-        raise DivertError(f"transformer {path!r} is not a dotted path like 'package.module:function'")
+        raise DivertError(
+            f"transformer {path!r} is not a dotted path like 'package.module:function'"
+        )
     try:
         fn = getattr(importlib.import_module(mod_name), attr)
     except (ImportError, AttributeError) as e:
         raise DivertError(f"transformer {path!r} cannot be loaded: {e}") from e
     if not callable(fn):
         raise DivertError(f"transformer {path!r} is not callable")
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 @dataclass(slots=True)
@@ -56,7 +58,9 @@ class Divert:
     def divert(self, msg: Message, new_id: int) -> Message:
         copy = msg.copy(new_id, self.target)
         path = msg.properties.get(DIVERT_PATH)
-        copy.properties[DIVERT_PATH] = f"{path},{self.name}" if isinstance(path, str) and path else self.name
+        copy.properties[DIVERT_PATH] = (
+            f"{path},{self.name}" if isinstance(path, str) and path else self.name
+        )
         if self.transformer is not None:
             copy = self.transformer(copy)
         return copy

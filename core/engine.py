@@ -86,7 +86,9 @@ class Engine:
         self.security = security or SecurityManager()
         self.ids = IdGenerator()
         self.settings = SettingsRepository(self.config.address_settings)
-        self.persistence = Persistence(self.journal, enabled=not isinstance(self.journal, MemoryJournal))
+        self.persistence = Persistence(
+            self.journal, enabled=not isinstance(self.journal, MemoryJournal)
+        )
         self.recovery_report = RecoveryReport()
         self._post: PostOffice | None = None
         self._reaper: asyncio.Task[None] | None = None
@@ -169,22 +171,25 @@ class Engine:
             post.restore_duplicate(rid, address, dup)
         if cleanup:
             self.persistence.write(cleanup, False)
-        for spec in cfg.diverts:
+        for d in cfg.diverts:
             post.add_divert(
                 Divert(
-                    spec.name,
-                    spec.address,
-                    spec.target,
-                    spec.exclusive,
-                    compile_filter(spec.filter),
-                    load_transformer(spec.transformer) if spec.transformer else None,
+                    d.name,
+                    d.address,
+                    d.target,
+                    d.exclusive,
+                    compile_filter(d.filter),
+                    load_transformer(d.transformer) if d.transformer else None,
                 )
             )
         self._reaper = loop.create_task(self._reap())
         self.started = True
         n = sum(q.depth for q in post.queues.values())
         log.info(
-            "engine %s started: %d queues, %d messages recovered", cfg.node_name, len(post.queues), n
+            "engine %s started: %d queues, %d messages recovered",
+            cfg.node_name,
+            len(post.queues),
+            n,
         )
 
     async def stop(self) -> None:
@@ -305,16 +310,25 @@ class Engine:
             post.ensure_address(address, MULTICAST, auto_created=True)
         if durable_name:
             q = post.queues.get(durable_name)
-            if q is not None and (q.address != address or (q.filter.text if q.filter else None) != (filt.text if filt else None)):
-                log.info("durable subscription %s changed address or selector: recreated", durable_name)
+            if q is not None and (
+                q.address != address
+                or (q.filter.text if q.filter else None) != (filt.text if filt else None)
+            ):
+                log.info(
+                    "durable subscription %s changed address or selector: recreated", durable_name
+                )
                 post.delete_queue(durable_name)
                 q = None
             if q is None:
-                q = post.create_queue(durable_name, address, MULTICAST, durable=True, filter=selector)
+                q = post.create_queue(
+                    durable_name, address, MULTICAST, durable=True, filter=selector
+                )
             c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
             return Subscription(c, q, False)
         qname = f"tmp.{uuid.uuid4().hex}"
-        q = post.create_queue(qname, address, MULTICAST, durable=False, temporary=True, filter=selector, owner=owner)
+        q = post.create_queue(
+            qname, address, MULTICAST, durable=False, temporary=True, filter=selector, owner=owner
+        )
         c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
         return Subscription(c, q, True)
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field
-from typing import Union
 
 import msgpack
 
-PropertyValue = Union[bool, int, float, str, bytes, None]
+PropertyValue = bool | int | float | str | bytes | None
 
 # Well-known property names (the engine's reserved vocabulary).
 DUPLICATE_ID = "_WS_DUPL_ID"
@@ -63,16 +62,24 @@ class Message:
     timestamp: int = 0
     expiration: int = 0  # absolute ms since the epoch; 0 = never
     scheduled: int = 0  # absolute ms since the epoch before which it is not delivered; 0 = now
+    _size: int = field(default=0, repr=False, compare=False)
 
     def size(self) -> int:
-        """Approximate memory/encoded size, used for address size limits and filters."""
+        """Approximate memory size, used for address size limits.  Computed once, so memory
+        accounting stays consistent even if properties change later."""
+        n = self._size
+        if n:
+            return n
         n = 64 + len(self.body) + len(self.address)
         for k, v in self.properties.items():
             n += len(k) + (len(v) if isinstance(v, (str, bytes)) else 8)
+        self._size = n
         return n
 
     def expired(self, at_ms: int | None = None) -> bool:
-        return self.expiration != 0 and (at_ms if at_ms is not None else now_ms()) >= self.expiration
+        return (
+            self.expiration != 0 and (at_ms if at_ms is not None else now_ms()) >= self.expiration
+        )
 
     def copy(self, new_id: int, address: str | None = None) -> Message:
         return Message(
@@ -89,11 +96,17 @@ class Message:
 
     def duplicate_id(self) -> str | bytes | None:
         props = self.properties
-        for key in DUPLICATE_ID_ALIASES:
-            v = props.get(key)
-            if v is not None:
-                return v if isinstance(v, (str, bytes)) else str(v)
-        return None
+        if not props:
+            return None
+        get = props.get
+        v = get(DUPLICATE_ID)
+        if v is None:
+            v = get("_HQ_DUPL_ID")
+            if v is None:
+                v = get("_AMQ_DUPL_ID")
+                if v is None:
+                    return None
+        return v if isinstance(v, (str, bytes)) else str(v)
 
     # -- persistence -------------------------------------------------------------------
     def encode(self) -> bytes:

@@ -42,7 +42,15 @@ class QueueRecord:
 
     def encode(self) -> bytes:
         return _pack(
-            [self.name, self.address, self.routing, self.filter, self.exclusive, self.max_consumers, self.auto_created]
+            [
+                self.name,
+                self.address,
+                self.routing,
+                self.filter,
+                self.exclusive,
+                self.max_consumers,
+                self.auto_created,
+            ]
         )
 
     @staticmethod
@@ -57,7 +65,9 @@ class RecoveredState:
     queues: list[QueueRecord] = field(default_factory=list)
     messages: dict[int, Message] = field(default_factory=dict)
     refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rid, qid, msg id, count)
-    duplicates: list[tuple[int, str, str | bytes]] = field(default_factory=list)  # (rid, address, id)
+    duplicates: list[tuple[int, str, str | bytes]] = field(
+        default_factory=list
+    )  # (rid, address, id)
     max_id: int = 0
     report: RecoveryReport = field(default_factory=RecoveryReport)
 
@@ -116,13 +126,15 @@ class Persistence:
                 if r.rtype == RT_MESSAGE:
                     state.messages[rid] = Message.decode(r.data)
                 elif r.rtype == RT_REF:
-                    qid, mid, count = _unpack(r.data)  # type: ignore[misc]
-                    state.refs.append((rid, qid, mid, count))
+                    ref = _unpack(r.data)
+                    assert isinstance(ref, list) and len(ref) == 3
+                    state.refs.append((rid, int(ref[0]), int(ref[1]), int(ref[2])))
                 elif r.rtype == RT_QUEUE:
                     state.queues.append(QueueRecord.decode(rid, r.data))
                 elif r.rtype == RT_DUPLICATE:
-                    address, dup = _unpack(r.data)  # type: ignore[misc]
-                    state.duplicates.append((rid, address, dup))
+                    dup = _unpack(r.data)
+                    assert isinstance(dup, list) and len(dup) == 2
+                    state.duplicates.append((rid, str(dup[0]), dup[1]))
                 else:
                     state.report.corrupt.append(f"record {rid}: unknown record type {r.rtype}")
             except Exception as e:  # a record that does not decode is reported, not loaded

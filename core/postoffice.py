@@ -139,7 +139,14 @@ class PostOffice:
     def on_delivered(self, ref: MessageRef, consumer: Consumer) -> None:
         if self.events is not None:
             m = ref.message
-            self.events.emit("delivered", m.id, m.address, m.size(), ref.queue.name, delivery_count=ref.delivery_count)
+            self.events.emit(
+                "delivered",
+                m.id,
+                m.address,
+                m.size(),
+                ref.queue.name,
+                delivery_count=ref.delivery_count,
+            )
 
     def on_acked(self, ref: MessageRef, tx: Transaction | None) -> None:
         if ref.rid:
@@ -152,7 +159,9 @@ class PostOffice:
 
     def on_delivery_count(self, ref: MessageRef) -> None:
         if ref.rid:
-            op = self.persistence.delivery_count_op(ref.rid, ref.queue.id, ref.message, ref.delivery_count)
+            op = self.persistence.delivery_count_op(
+                ref.rid, ref.queue.id, ref.message, ref.delivery_count
+            )
             self.persistence.write([op], False)
 
     def on_replaced(self, ref: MessageRef) -> None:
@@ -178,9 +187,17 @@ class PostOffice:
         if dla is None:
             dla = self.settings(msg.address).dead_letter_address
         if self.events is not None:
-            self.events.emit("dead-lettered", msg.id, msg.address, msg.size(), queue, reason=reason, dla=dla)
+            self.events.emit(
+                "dead-lettered", msg.id, msg.address, msg.size(), queue, reason=reason, dla=dla
+            )
         if not dla or dla == msg.address:
-            log.warning("message %d on %s dropped (%s: %s): no dead-letter address", msg.id, msg.address, reason, detail)
+            log.warning(
+                "message %d on %s dropped (%s: %s): no dead-letter address",
+                msg.id,
+                msg.address,
+                reason,
+                detail,
+            )
             return
         copy = msg.copy(self.ids(), dla)
         copy.expiration = 0
@@ -202,7 +219,9 @@ class PostOffice:
             self.persistence.unref_ops(ref.rid, msg, ops)
         target = self.settings(ref.queue.address).expiry_address
         if self.events is not None:
-            self.events.emit("expired", msg.id, msg.address, msg.size(), ref.queue.name, expiry_address=target)
+            self.events.emit(
+                "expired", msg.id, msg.address, msg.size(), ref.queue.name, expiry_address=target
+            )
         if target and target != msg.address:
             copy = msg.copy(self.ids(), target)
             copy.expiration = 0
@@ -273,7 +292,9 @@ class PostOffice:
             self._exact.setdefault(address, []).append(q)
         self._route_cache.clear()
         if durable and persist:
-            rec = QueueRecord(q.id, name, address, routing, filter, exclusive, max_consumers, auto_created)
+            rec = QueueRecord(
+                q.id, name, address, routing, filter, exclusive, max_consumers, auto_created
+            )
             self.persistence.write([self.persistence.queue_op(rec)], True)
         return q
 
@@ -334,7 +355,11 @@ class PostOffice:
     def _diverts_for(self, address: str) -> list[Divert]:
         hit = self._divert_cache.get(address)
         if hit is None:
-            hit = [d for d in self.diverts.values() if d.address == address or matches(d.address, address)]
+            hit = [
+                d
+                for d in self.diverts.values()
+                if d.address == address or matches(d.address, address)
+            ]
             self._divert_cache[address] = hit
         return hit
 
@@ -348,15 +373,22 @@ class PostOffice:
     # -- routing --------------------------------------------------------------------------
     def check_full(self, address: str) -> None:
         """Apply the FAIL policy before accepting a message."""
+        if not self.repo.has_size_limits():
+            return
         s = self.settings(address)
-        if s.max_size_bytes >= 0 and s.full_policy is FullPolicy.FAIL:
-            if self.usage(address).memory_bytes >= s.max_size_bytes:
-                raise AddressFull(
-                    f"address {address!r} is full ({self.usage(address).memory_bytes} of {s.max_size_bytes} bytes)"
-                )
+        if (
+            s.max_size_bytes >= 0
+            and s.full_policy is FullPolicy.FAIL
+            and self.usage(address).memory_bytes >= s.max_size_bytes
+        ):
+            raise AddressFull(
+                f"address {address!r} is full ({self.usage(address).memory_bytes} of {s.max_size_bytes} bytes)"
+            )
 
     def blocked(self, address: str) -> asyncio.Future[None] | None:
         """With the BLOCK policy and the address full: a future resolved when there is room."""
+        if not self.repo.has_size_limits():
+            return None
         s = self.settings(address)
         if s.max_size_bytes < 0 or s.full_policy is not FullPolicy.BLOCK:
             return None
@@ -367,7 +399,9 @@ class PostOffice:
         u.waiters.append(fut)
         return fut
 
-    def route(self, msg: Message, ops: list[Op], routing: str | None = None, depth: int = 0) -> bool:
+    def route(
+        self, msg: Message, ops: list[Op], routing: str | None = None, depth: int = 0
+    ) -> bool:
         """Route ``msg``; append what must be written to ``ops``.  Returns whether the
         message needs a synchronous write (durable and stored somewhere durable)."""
         if depth > MAX_ROUTE_DEPTH:
@@ -386,7 +420,9 @@ class PostOffice:
             if dup in cache:
                 log.debug("duplicate id %r on %s: message dropped", dup, address)
                 if self.events is not None:
-                    self.events.emit("duplicate", msg.id, address, msg.size(), duplicate_id=str(dup))
+                    self.events.emit(
+                        "duplicate", msg.id, address, msg.size(), duplicate_id=str(dup)
+                    )
                 return False
             rid = self.ids()
             for old in cache.add(dup, rid):
@@ -395,11 +431,14 @@ class PostOffice:
         s = self.settings(address)
         if msg.expiration == 0 and s.expiry_delay_ms > 0:
             msg.expiration = now_ms() + s.expiry_delay_ms
-        if s.max_size_bytes >= 0 and s.full_policy is FullPolicy.DROP:
-            if self.usage(address).memory_bytes >= s.max_size_bytes:
-                if self.events is not None:
-                    self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
-                return False
+        if (
+            s.max_size_bytes >= 0
+            and s.full_policy is FullPolicy.DROP
+            and self.usage(address).memory_bytes >= s.max_size_bytes
+        ):
+            if self.events is not None:
+                self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
+            return False
         if self.events is not None:
             self.events.emit("accepted", msg.id, address, msg.size(), durable=msg.durable)
         sync = False
@@ -410,14 +449,24 @@ class PostOffice:
                 if d.applies(msg):
                     copy = d.divert(msg, self.ids())
                     if self.events is not None:
-                        self.events.emit("diverted", msg.id, address, msg.size(), divert=d.name, target=d.target, copy_id=copy.id)
+                        self.events.emit(
+                            "diverted",
+                            msg.id,
+                            address,
+                            msg.size(),
+                            divert=d.name,
+                            target=d.target,
+                            copy_id=copy.id,
+                        )
                     sync |= self.route(copy, ops, None, depth + 1)
                     exclusive |= d.exclusive
             if exclusive:
                 return sync
         return self._route_local(msg, ops, routing=routing) or sync
 
-    def _route_local(self, msg: Message, ops: list[Op], routing: str | None = None, dead_letter: bool = False) -> bool:
+    def _route_local(
+        self, msg: Message, ops: list[Op], routing: str | None = None, dead_letter: bool = False
+    ) -> bool:
         address = msg.address
         queues = self.bindings(address)
         if not queues:

@@ -94,6 +94,7 @@ class Queue:
         self.owner = owner
         self.auto_created = auto_created
         self.settings = ctx.settings(address)
+        self._paging_enabled = self._pages(self.settings)
         self.usage = ctx.usage(address)
         self._levels: list[deque[MessageRef]] = [deque() for _ in range(10)]
         self._by_priority = self._levels[::-1]
@@ -107,6 +108,8 @@ class Queue:
         self._rr = 0
         self._dispatching = False
         self._again = False
+        self._dispatch_scheduled = False
+        self._simple = True  # no consumer filters: dispatch takes the fast path
         self._spill: SpillFile | None = None
         self.messages_added = 0
         self.messages_acked = 0
@@ -127,6 +130,11 @@ class Queue:
 
     def refresh_settings(self) -> None:
         self.settings = self.ctx.settings(self.address)
+        self._paging_enabled = self._pages(self.settings)
+
+    @staticmethod
+    def _pages(s: Resolved) -> bool:
+        return s.max_size_bytes >= 0 and s.full_policy.value == "PAGE"
 
     # -- adding ---------------------------------------------------------------------------
     def add(self, ref: MessageRef, dispatch: bool = True) -> None:
@@ -136,8 +144,14 @@ class Queue:
             self._schedule(ref, msg.scheduled)
             return
         self._enqueue(ref)
-        if dispatch and self.consumers:
-            self.dispatch()
+        if dispatch and self.consumers and not self._dispatch_scheduled:
+            # one dispatch pass per loop turn serves every message added in that turn
+            self._dispatch_scheduled = True
+            self.ctx.loop.call_soon(self._scheduled_dispatch)
+
+    def _scheduled_dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        self.dispatch()
 
     def _enqueue(self, ref: MessageRef, front: bool = False) -> None:
         key = self.settings.last_value_key
@@ -160,12 +174,7 @@ class Queue:
         self.usage.memory_bytes += ref.message.size()
 
     def _over_limit(self) -> bool:
-        s = self.settings
-        return (
-            s.max_size_bytes >= 0
-            and self.usage.memory_bytes >= s.max_size_bytes
-            and s.full_policy.value == "PAGE"
-        )
+        return self._paging_enabled and self.usage.memory_bytes >= self.settings.max_size_bytes
 
     def _remove(self, ref: MessageRef) -> bool:
         level = self._levels[min(9, max(0, ref.message.priority))]
@@ -251,7 +260,9 @@ class Queue:
         if self.deleted:
             raise ConsumerError(f"queue {self.name!r} has been deleted")
         if self.max_consumers >= 0 and len(self.consumers) >= self.max_consumers:
-            raise ConsumerError(f"queue {self.name!r} already has its maximum of {self.max_consumers} consumers")
+            raise ConsumerError(
+                f"queue {self.name!r} already has its maximum of {self.max_consumers} consumers"
+            )
         if self.exclusive and self.consumers:
             raise ConsumerError(f"queue {self.name!r} is exclusive and already has a consumer")
         c = Consumer(
@@ -263,12 +274,14 @@ class Queue:
             name=name,
         )
         self.consumers.append(c)
+        self._simple = all(x.filter is None for x in self.consumers)
         self.ctx.loop.call_soon(self.dispatch)
         return c
 
     def remove_consumer(self, consumer: Consumer) -> None:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
+            self._simple = all(x.filter is None for x in self.consumers)
         for g, c in list(self._groups.items()):
             if c is consumer:
                 del self._groups[g]
@@ -301,8 +314,7 @@ class Queue:
 
     def _dispatch_pass(self) -> None:
         consumers = self.consumers
-        simple = not self._groups and all(c.filter is None for c in consumers)
-        if not simple or self.settings.last_value_key is not None:
+        if not self._simple or self._groups or self.settings.last_value_key is not None:
             self._dispatch_selective()
             return
         n = len(consumers)
@@ -381,7 +393,11 @@ class Queue:
             gkey = str(group)
             owner = self._groups.get(gkey)
             if owner is not None and not owner.closed:
-                return owner if owner.ready() and (owner.filter is None or owner.filter.matches(msg)) else None
+                return (
+                    owner
+                    if owner.ready() and (owner.filter is None or owner.filter.matches(msg))
+                    else None
+                )
         n = len(ready)
         for i in range(n):
             c = ready[(self._rr + i) % n]
@@ -404,7 +420,9 @@ class Queue:
             self.acknowledge(ref, None, consumer)
 
     # -- settlement -----------------------------------------------------------------------
-    def acknowledge(self, ref: MessageRef, tx: Transaction | None, consumer: Consumer | None) -> None:
+    def acknowledge(
+        self, ref: MessageRef, tx: Transaction | None, consumer: Consumer | None
+    ) -> None:
         if tx is not None:
             tx.add_ack(consumer, ref)
             return
@@ -418,13 +436,17 @@ class Queue:
         for ref in reversed(refs):
             if 0 <= s.max_delivery_attempts <= ref.delivery_count:
                 self.ctx.dead_letter(
-                    ref, "max-deliveries", f"delivered {ref.delivery_count} times without acknowledgement"
+                    ref,
+                    "max-deliveries",
+                    f"delivered {ref.delivery_count} times without acknowledgement",
                 )
                 continue
             self.ctx.on_delivery_count(ref)
             delay = s.redelivery_delay(ref.delivery_count)
             if delay > 0:
-                heapq.heappush(self._timers, (now_ms() + int(delay * 1000), next(self._timer_seq), ref))
+                heapq.heappush(
+                    self._timers, (now_ms() + int(delay * 1000), next(self._timer_seq), ref)
+                )
                 delayed_any = True
             else:
                 self._enqueue(ref, front=True)

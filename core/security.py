@@ -8,14 +8,15 @@ passwords are hashed.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 
 from core.address import matches, specificity
 
 
-class Permission(str, Enum):
+class Permission(StrEnum):
     SEND = "send"
     CONSUME = "consume"
     BROWSE = "browse"
@@ -58,17 +59,27 @@ class SecurityManager:
     users: dict[str, User] = field(default_factory=dict)
     permissions: dict[str, dict[Permission, frozenset[str]]] = field(default_factory=dict)
     allow_anonymous: bool = False
+    anonymous_roles: frozenset[str] = frozenset()
+    # successful checks, keyed by a digest of the password: slow hashes are not re-run on
+    # every connect of the same client
+    _verified: set[tuple[str, bytes]] = field(default_factory=set)
 
     def authenticate(self, login: str | None, passcode: str | None) -> Principal:
         if not self.enabled:
             return Principal(login or "anonymous")
         if not login:
             if self.allow_anonymous:
-                return ANONYMOUS
+                return Principal(ANONYMOUS.name, self.anonymous_roles)
             raise AuthenticationError("login required")
         user = self.users.get(login)
+        key = (login, hashlib.sha256((passcode or "").encode()).digest())
+        if user is not None and key in self._verified:
+            return Principal(user.name, user.roles)
         if user is None or not user.check_password(passcode or ""):
             raise AuthenticationError(f"bad credentials for user {login!r}")
+        if len(self._verified) > 10000:
+            self._verified.clear()
+        self._verified.add(key)
         return Principal(user.name, user.roles)
 
     def allowed(self, principal: Principal, permission: Permission, address: str) -> bool:

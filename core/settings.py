@@ -8,12 +8,12 @@ built-in defaults.  Results are cached per concrete address.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from enum import Enum
+from enum import StrEnum
 
 from core.address import matches, specificity
 
 
-class FullPolicy(str, Enum):
+class FullPolicy(StrEnum):
     BLOCK = "BLOCK"
     FAIL = "FAIL"
     DROP = "DROP"
@@ -108,10 +108,21 @@ class SettingsRepository:
     def __init__(self, patterns: dict[str, AddressSettings] | None = None) -> None:
         self._patterns: dict[str, AddressSettings] = dict(patterns or {})
         self._cache: dict[str, Resolved] = {}
+        self._limits = self._any_limits()
 
     def set(self, pattern: str, settings: AddressSettings) -> None:
         self._patterns[pattern] = settings
         self._cache.clear()
+        self._limits = self._any_limits()
+
+    def has_size_limits(self) -> bool:
+        """Whether any pattern sets a size limit (when none does, full-policy checks are skipped)."""
+        return self._limits
+
+    def _any_limits(self) -> bool:
+        return any(
+            p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in self._patterns.values()
+        )
 
     def patterns(self) -> dict[str, AddressSettings]:
         return dict(self._patterns)
@@ -127,7 +138,7 @@ class SettingsRepository:
             merged = merged.merged_over(self._patterns[p])
         merged = merged.merged_over(DEFAULTS)
         values = {f.name: getattr(merged, f.name) for f in fields(merged)}
-        resolved = Resolved(**values)  # type: ignore[arg-type]
+        resolved = Resolved(**values)
         self._cache[address] = resolved
         return resolved
 

@@ -67,11 +67,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         log.info("no config file given: embedded defaults (data in %s)", cfg.node.data_dir)
     try:
         import uvloop
-
-        runner = uvloop.run
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-        runner = asyncio.run
-    return runner(_serve(cfg))
+        return asyncio.run(_serve(cfg))
+    return uvloop.run(_serve(cfg))
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -84,7 +82,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="waystation", description="Waystation protocol gateway and bridge node.")
+    p = argparse.ArgumentParser(
+        prog="waystation", description="Waystation protocol gateway and bridge node."
+    )
     p.add_argument("--version", action="version", version=f"waystation {version()}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a node (embedded defaults without CONFIG)")

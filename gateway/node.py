@@ -45,7 +45,10 @@ def engine_config(cfg: Config) -> EngineConfig:
         address_settings={p: s.to_engine() for p, s in cfg.address_settings.items()},
         queues=queues,
         topics=topics,
-        diverts=[DivertSpec(d.name, d.address, d.target, d.filter, d.exclusive, d.transformer) for d in cfg.diverts],
+        diverts=[
+            DivertSpec(d.name, d.address, d.target, d.filter, d.exclusive, d.transformer)
+            for d in cfg.diverts
+        ],
         remote_nodes=remote,
         wildcard_routing=cfg.node.wildcard_routing,
         expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
@@ -58,7 +61,13 @@ def security_manager(cfg: Config) -> SecurityManager:
     perms: dict[str, dict[Permission, frozenset[str]]] = {}
     for p in cfg.permissions:
         perms[p.match] = {Permission(k): frozenset(v) for k, v in p.grants().items()}
-    return SecurityManager(enabled=sec.enabled, users=users, permissions=perms, allow_anonymous=sec.allow_anonymous)
+    return SecurityManager(
+        enabled=sec.enabled,
+        users=users,
+        permissions=perms,
+        allow_anonymous=sec.allow_anonymous,
+        anonymous_roles=frozenset(sec.anonymous_roles),
+    )
 
 
 def _ms(td: Any) -> int:
@@ -83,7 +92,12 @@ class Node:
         events: EventSink | None = None
         ev = cfg.node.event_log
         if ev.enabled:
-            events = JsonlEventLog(cfg.node.event_log_dir, cfg.node.name, max_file_size=ev.max_file_size, max_files=ev.max_files)
+            events = JsonlEventLog(
+                cfg.node.event_log_dir,
+                cfg.node.name,
+                max_file_size=ev.max_file_size,
+                max_files=ev.max_files,
+            )
         self.engine = Engine(ecfg, journal, events=events, security=security_manager(cfg))
         self.servers: list[Any] = []
         self.stopped = asyncio.Event()
@@ -104,6 +118,8 @@ class Node:
                 ),
                 heartbeat_send_ms=_ms(st.heartbeat_send),
                 heartbeat_receive_ms=_ms(st.heartbeat_receive),
+                heartbeat_min_ms=_ms(st.heartbeat_min),
+                connection_ttl=st.connection_ttl.total_seconds(),
             )
             server = StompServer(self.engine, ep.host, ep.port, options)
             await server.start()

@@ -21,8 +21,8 @@ class FilterError(ValueError):
         self.reason = reason
         self.kind = kind
         shown = token if len(token) <= _TOKEN_SHOWN else token[:_TOKEN_SHOWN] + "..."
-        where = f"near {shown!r}" if token else "at end of input"
-        super().__init__(f"filter {kind} error at position {position} {where}: {reason}")
+        where = f" near {shown!r}" if token else " at end of input" if position >= len(text) else ""
+        super().__init__(f"filter {kind} error at position {position}{where}: {reason}")
 
     def __reduce__(self) -> tuple[type[FilterError], tuple[str, int, str, str, str]]:
         # Custom __init__ arguments: teach pickle how to rebuild us.

@@ -57,6 +57,8 @@ def compile_like(pattern: str, escape: str | None = None) -> Callable[[str], boo
             return literal.__eq__  # no wildcards at all: plain equality
         exact = _segment_re(only)
         return lambda s: exact.fullmatch(s) is not None
+    if all(None not in seg for seg in segments):
+        return _plain_matcher(["".join(c for c in seg if c is not None) for seg in segments])
     head, middle, tail = segments[0], segments[1:-1], segments[-1]
     head_re, tail_re = _segment_re(head), _segment_re(tail)
     middle_res = [_segment_re(seg) for seg in middle if seg]
@@ -73,5 +75,25 @@ def compile_like(pattern: str, escape: str | None = None) -> Callable[[str], boo
                 return False
             pos = m.end()
         return tail_n == 0 or tail_re.match(s, end) is not None
+
+    return match
+
+
+def _plain_matcher(parts: list[str]) -> Callable[[str], bool]:
+    """No ``_`` anywhere: the same leftmost-first walk with plain string operations."""
+    head, tail = parts[0], parts[-1]
+    middle = [p for p in parts[1:-1] if p]
+    min_len = sum(map(len, parts))
+
+    def match(s: str) -> bool:
+        if len(s) < min_len or not s.startswith(head) or not s.endswith(tail):
+            return False
+        pos, end = len(head), len(s) - len(tail)
+        for part in middle:
+            i = s.find(part, pos, end)
+            if i < 0:
+                return False
+            pos = i + len(part)
+        return True
 
     return match

@@ -80,7 +80,7 @@ class _Parser:
     def enter(self, tok: Token) -> None:
         self.depth += 1
         if self.depth > MAX_DEPTH:
-            raise self.error(tok, f"expression nested too deeply (limit {MAX_DEPTH})")
+            raise self.error(tok, f"expression nested too deeply (limit {MAX_DEPTH})", "limit")
 
     # -- grammar ---------------------------------------------------------------------------
     def parse(self) -> Node:

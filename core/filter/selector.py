@@ -83,7 +83,7 @@ def compile_filter(text: str | None) -> Filter | None:
             MAX_FILTER_LENGTH,
             "",
             f"filter longer than {MAX_FILTER_LENGTH} characters",
-            "length",
+            "limit",
         )
     if not text.strip():
         return None
@@ -95,5 +95,5 @@ def _compile_cached(text: str) -> Filter:
     try:
         node = parse(text)
     except RecursionError:  # defence in depth: the parser's own depth limit should fire first
-        raise FilterError(text, 0, "", "expression nested too deeply") from None
+        raise FilterError(text, 0, "", "expression nested too deeply", "limit") from None
     return Filter(text, node)

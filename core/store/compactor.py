@@ -96,7 +96,7 @@ def compact(
             written.append((seq, len(body)))
         layout.fsync_dir()
         layout.write_marker(max(old_seqs), [s for s, _ in written])
-    except BaseException:
+    except Exception:  # roll back (a crash instead leaves this to recovery)
         layout.marker_path.unlink(missing_ok=True)
         for seq, _ in written:
             layout.cmp_path(seq).unlink(missing_ok=True)
@@ -107,7 +107,7 @@ def compact(
         for seq, _ in written:
             os.rename(layout.cmp_path(seq), layout.data_path(seq))
         for seq in old_seqs:
-            layout.data_path(seq).unlink()
+            os.unlink(layout.data_path(seq))
         layout.fsync_dir()
         layout.marker_path.unlink()
         layout.fsync_dir()

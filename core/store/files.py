@@ -7,6 +7,7 @@ compaction output ``<data name>.cmp`` until the ``{prefix}.compact`` marker comm
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import zlib
@@ -48,6 +49,17 @@ class Layout:
         if stem.startswith("free-") and stem[5:].isdigit():
             return int(stem[5:])
         return None
+
+    def lock(self) -> int:
+        """Take the directory's lock (released when the fd closes, or the process dies);
+        raises BlockingIOError if another journal holds it."""
+        fd = os.open(self.directory / f"{self.prefix}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
 
     def fsync_dir(self) -> None:
         fd = os.open(self.directory, os.O_RDONLY)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import zlib
 from collections import deque
 from collections.abc import Sequence
@@ -73,6 +74,7 @@ class FileJournal:
         self._compact_min_files = compact_min_files
         self._compact_percentage = compact_percentage
         self._w: Writer | None = None
+        self._lock = -1  # fd holding the directory lock while open
         self._loop: asyncio.AbstractEventLoop | None = None
         self._index = LiveIndex()
         self._infos: deque[FileInfo] = deque()
@@ -92,6 +94,24 @@ class FileJournal:
     def open(self) -> Recovered:
         if self._w is not None:
             raise StoreError("journal already open")
+        d = self._layout.directory
+        try:
+            d.mkdir(parents=True, exist_ok=True)
+            self._lock = self._layout.lock()
+        except BlockingIOError as exc:
+            raise StoreError(f"journal directory {d} is in use by another journal") from exc
+        except OSError as exc:
+            raise StoreError(f"cannot open journal directory {d}: {exc}") from exc
+        try:
+            return self._open()
+        except BaseException as exc:
+            os.close(self._lock)
+            self._lock = -1
+            if isinstance(exc, OSError):
+                raise StoreError(f"journal recovery failed: {exc}") from exc
+            raise
+
+    def _open(self) -> Recovered:
         st = recover(self._layout, self._file_size)
         self._index = st.index
         self._infos = deque(st.infos)
@@ -188,11 +208,14 @@ class FileJournal:
         if w is None:
             return
         try:
-            await self.flush()
+            if w.error is None:  # a failed journal has reported its error already
+                await self.flush()
         finally:
             w.stop()
             await asyncio.to_thread(w.join)
             self._w = None
+            os.close(self._lock)
+            self._lock = -1
 
     def stats(self) -> dict[str, int]:
         w = self._w

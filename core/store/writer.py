@@ -104,6 +104,7 @@ class Writer:
         self.dirty: set[int] = set()
         self.fsyncs = 0
         self.groups = 0
+        self.replenish = False  # a rollover used a spare: make the next one ahead of time
         if current is not None:
             seq, cap = current
             self.fds[seq] = os.open(layout.data_path(seq), os.O_RDWR)
@@ -142,9 +143,9 @@ class Writer:
                         self._apply(item)
                     if want_sync and self.sync:
                         self._sync_dirty()
-                except OSError as exc:
+                except Exception as exc:  # OSError mostly; anything else must not hang waiters
                     err = StoreError(f"journal write failed: {exc}")
-                    log.error("journal disabled: %s", exc)
+                    log.error("journal disabled: %r", exc)
                     with self.cond:
                         self.error = err
             self.groups += 1
@@ -155,7 +156,7 @@ class Writer:
                     pass
             if closing and not items and not futs:
                 break
-            if err is None and not self.spares and not closing:
+            if err is None and self.replenish and not self.spares and not closing:
                 self._replenish()
         self._shutdown()
 
@@ -199,7 +200,7 @@ class Writer:
         path = self.layout.data_path(item.seq)
         header = pack_file_header(KIND_DATA, item.seq)
         if item.size == self.file_size and self.spares:
-            spare = self.spares.pop(0)
+            spare = self.spares.pop()  # the most recently freed: likely still cached
             fd = os.open(spare, os.O_RDWR)
             os.pwrite(fd, header + TRAILER, 0)
             os.rename(spare, path)
@@ -210,7 +211,8 @@ class Writer:
         self.caps[item.seq] = item.size
         self.dirty.add(item.seq)
         while len(self.spares) > item.spare_target:
-            self.spares.pop().unlink()
+            self.spares.pop(0).unlink()
+        self.replenish = True
 
     def _free(self, seqs: list[int]) -> None:
         """Durably mark reclaimed files free before reusing or deleting them, so their old
@@ -242,6 +244,7 @@ class Writer:
 
     def _replenish(self) -> None:
         """Keep one spare ready so a rollover never waits for a file to be created."""
+        self.replenish = False  # once per rollover, even when it fails (disk full)
         spare = self.layout.free_path(self.next_free)
         try:
             self.layout.create(spare, self.file_size, pack_file_header(KIND_FREE, 0))

@@ -24,7 +24,7 @@ Choices the specs leave open:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = [
@@ -49,21 +49,12 @@ _COMMANDS = {
         "DISCONNECT", "CONNECT", "STOMP", "CONNECTED", "MESSAGE", "RECEIPT", "ERROR",
     )
 }  # fmt: skip
+_JOIN_BELOW = 16384  # a buffered remainder up to this size is copied, not parsed in place
 _RAW_COMMANDS = frozenset(("CONNECT", "STOMP", "CONNECTED"))  # never escaped (spec)
 _UNESCAPES: dict[str, dict[str, str] | None] = {
     "1.0": None,
     "1.1": {"\\": "\\", "n": "\n", "c": ":"},
     "1.2": {"\\": "\\", "n": "\n", "c": ":", "r": "\r"},
-}
-_ESC_11 = str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"})
-_ESC_12 = str.maketrans({"\\": "\\\\", "\r": "\\r", "\n": "\\n", ":": "\\c"})
-_RAW_VALUE = str.maketrans({"\r": " ", "\n": " "})
-_RAW_NAME = str.maketrans({"\r": " ", "\n": " ", ":": "_"})
-# Per version: (table for names, table for values).
-_ESCAPES = {
-    "1.0": (_RAW_NAME, _RAW_VALUE),
-    "1.1": (_ESC_11, _ESC_11),
-    "1.2": (_ESC_12, _ESC_12),
 }
 
 
@@ -203,17 +194,22 @@ class StompParser:
             start = 0
             if buf:
                 old = len(buf)
-                buf += data
-                if len(buf) < self._need:
+                if old + len(data) < self._need:
+                    buf += data
                     return events
-                # Finish the frame that straddles the chunks in place (one copy of its body),
-                # then parse the rest straight from ``data``.
-                pos = self._run(buf, 0, old, events)
-                if pos < old or self._hold:
-                    del buf[:pos]
-                    return events
-                start = pos - old
-                buf.clear()
+                if old <= _JOIN_BELOW:  # cheaper to copy a small remainder than to go slow
+                    data = bytes(buf) + data
+                    buf.clear()
+                else:
+                    # Finish the frame that straddles the chunks in place (one copy of its
+                    # body), then parse the rest straight from ``data``.
+                    buf += data
+                    pos = self._run(buf, 0, old, events)
+                    if pos < old or self._hold:
+                        del buf[:pos]
+                        return events
+                    start = pos - old
+                    buf.clear()
             pos = self._run(data, start, len(data), events)
             if pos < len(data):
                 buf += memoryview(data)[pos:]
@@ -230,33 +226,84 @@ class StompParser:
         consumed (the start of an incomplete frame, or where a connect frame ended)."""
         n = len(src)
         lim = self.limits
+        cmd_span = lim.max_command_length + 2
+        head_span = lim.max_header_length + 2
         in_place = type(src) is not bytes
+        resume = self._body
         self._need = 0
         while pos < stop:
-            if self._body is None:
-                if self._head is None:
-                    c = src[pos]
-                    if c == 10:
+            if resume is None:
+                c = src[pos]
+                if c == 10 and self._head is None:
+                    events.append(HEARTBEAT)
+                    pos += 1
+                    continue
+                if c == 13 and self._head is None:
+                    if pos + 1 == n:
+                        return pos
+                    if src[pos + 1] == 10:
                         events.append(HEARTBEAT)
-                        pos += 1
+                        pos += 2
                         continue
-                    if c == 13:
-                        if pos + 1 == n:
-                            return pos
-                        if src[pos + 1] == 10:
-                            events.append(HEARTBEAT)
-                            pos += 2
-                            continue
-                head = self._parse_head(src, pos, n)
-                if head is None:
-                    return pos
-                command, text, bs = head
-                headers = self._headers(command, text) if text else {}
+                # Fast path: a known command and a head shorter than one maximal header line,
+                # found with one search; anything unusual goes to _parse_head.
+                text: str | None = None
+                if self._head is None and not in_place:
+                    nl = src.find(b"\n", pos, pos + cmd_span)
+                    if nl > 0:  # src[pos] is not LF, so nl > pos
+                        known = _COMMANDS.get(src[pos:nl])  # type: ignore[arg-type]  # bytes
+                        if known is not None:
+                            e = src.find(b"\n\n", nl, nl + head_span)
+                            crlf = False
+                        elif src[nl - 1] == 13:
+                            known = _COMMANDS.get(src[pos : nl - 1])  # type: ignore[arg-type]
+                            e = src.find(b"\r\n\r\n", nl - 1, nl + head_span)
+                            crlf = True
+                        if known is not None and e >= 0:
+                            command = known
+                            bs = e + 4 if crlf else e + 2
+                            try:
+                                text = src[nl + 1 : e].decode("utf-8") if e > nl else ""
+                            except UnicodeDecodeError as exc:
+                                raise StompError("header is not valid UTF-8", str(exc)) from None
+                            if crlf:
+                                if "\r" in text:
+                                    text = text.replace("\r\n", "\n")
+                                if text[:1] == "\n" or "\n\n" in text:
+                                    text = None  # an earlier blank line: go slow
+                            elif "\r" in text:
+                                text = None  # maybe CR LF line endings after all: go slow
+                if text is None:
+                    head = self._parse_head(src, pos, n)
+                    if head is None:
+                        return pos
+                    command, text, bs = head
+                if not text:
+                    headers: dict[str, str] = {}
+                elif "\\" in text and self._esc is not None and command not in _RAW_COMMANDS:
+                    headers = self._unescaped_headers(text)
+                else:
+                    headers = {}
+                    lines = text.split("\n")
+                    if len(lines) > lim.max_headers:
+                        raise StompError(
+                            f"too many headers: more than max_headers ({lim.max_headers})"
+                        )
+                    for line in lines:
+                        name, sep, value = line.partition(":")
+                        if not sep or not name:
+                            raise _bad_line(line)
+                        if name not in headers:
+                            headers[name] = value
                 cls = headers.get("content-length")
                 if cls is None:
                     cl = -1
                 else:
-                    cl = _content_length(cls, headers)
+                    cl = (
+                        int(cls)
+                        if cls.isdigit() and cls.isascii()
+                        else _content_length(cls, headers)
+                    )
                     if cl > lim.max_body_size:
                         raise StompError(
                             f"content-length {cl} exceeds max_body_size ({lim.max_body_size} bytes)",
@@ -266,8 +313,8 @@ class StompParser:
                     if bs - pos + cl + 1 > lim.max_frame_size:
                         raise _too_big("frame", lim.max_frame_size, headers)
             else:  # resuming the buffered frame, which starts at pos == 0
-                command, headers, bs, cl = self._body
-                self._body = None
+                command, headers, bs, cl = resume
+                resume = self._body = None
             if cl >= 0:
                 end = bs + cl
                 if end >= n:
@@ -305,8 +352,8 @@ class StompParser:
         return pos
 
     def _parse_head(self, src: bytes | bytearray, pos: int, n: int) -> tuple[str, str, int] | None:
-        """Find command and header block at ``pos``: (command, header text without the final
-        EOL, body start), or None when incomplete (a resume point is saved)."""
+        """The general path for a head at ``pos``: (command, header text without the final EOL,
+        body start), or None when incomplete (a resume point is saved)."""
         lim = self.limits
         if self._head is None:
             mc = lim.max_command_length
@@ -320,18 +367,6 @@ class StompParser:
                 raise StompError(f"command line exceeds max_command_length ({mc} bytes)")
             raw = src[pos:ce]
             command = _COMMANDS.get(bytes(raw)) or _check_command(raw)
-            if ce == nl:  # LF-only line endings: the blank line is one search away
-                e = src.find(b"\n\n", nl, nl + lim.max_header_length + 2)
-                if e == nl:
-                    return command, "", e + 2
-                if e > 0:  # the block is shorter than one maximal line, so no line is too long
-                    text = _decode(src[nl + 1 : e])
-                    if "\r" not in text:
-                        if e + 2 - pos > lim.max_frame_size:
-                            raise StompError(
-                                f"frame exceeds max_frame_size ({lim.max_frame_size} bytes)"
-                            )
-                        return command, text, e + 2
             p = nl + 1
             count = 0
         else:
@@ -339,7 +374,7 @@ class StompParser:
             nl += pos
             p += pos
             self._head = None
-        # General path, one line at a time so that every limit is checked before buffering on.
+        # One line at a time, so that every limit is checked before buffering any further.
         mh = lim.max_header_length
         maxh = lim.max_headers
         while True:
@@ -368,21 +403,14 @@ class StompParser:
             text = text.replace("\r\n", "\n")
         return command, text[:-1], e + 1
 
-    def _headers(self, command: str, text: str) -> dict[str, str]:
-        """Split a header block; the first of repeated headers wins; unescape per version."""
+    def _unescaped_headers(self, text: str) -> dict[str, str]:
+        """Split a header block that holds escapes; the first of repeated headers wins."""
+        esc = self._esc
+        assert esc is not None
         lines = text.split("\n")
         if len(lines) > self.limits.max_headers:
             raise StompError(f"too many headers: more than max_headers ({self.limits.max_headers})")
         headers: dict[str, str] = {}
-        esc = None if command in _RAW_COMMANDS else self._esc
-        if esc is None or "\\" not in text:
-            for line in lines:
-                name, sep, value = line.partition(":")
-                if not sep or not name:
-                    raise _bad_line(line)
-                if name not in headers:
-                    headers[name] = value
-            return headers
         for line in lines:
             name, sep, value = line.partition(":")
             if not sep or not name:
@@ -414,22 +442,35 @@ def _too_big(what: str, limit: int, headers: dict[str, str]) -> StompError:
     return StompError(f"{what} exceeds max_{what}_size ({limit} bytes)", "", headers.get("receipt"))
 
 
-def _escaped_text(
-    command: str, items: Iterable[tuple[str, str]], version: str, tail: str | None
-) -> str:
-    """Slow path: the frame's head with every name and value escaped for ``version``."""
+def _esc_11(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _esc_12(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("\r", "\\r").replace("\n", "\\n").replace(":", "\\c")
+
+
+def _raw_value(s: str) -> str:
+    return s.replace("\r", " ").replace("\n", " ")
+
+
+def _raw_name(s: str) -> str:
+    return s.replace("\r", " ").replace("\n", " ").replace(":", "_")
+
+
+# Per version: (escape a name, escape a value); "1.0" also serves connect frames.
+_ESCAPERS: dict[str, tuple[Callable[[str], str], Callable[[str], str]]] = {
+    "1.0": (_raw_name, _raw_value),
+    "1.1": (_esc_11, _esc_11),
+    "1.2": (_esc_12, _esc_12),
+}
+
+
+def _escapers(command: str, version: str) -> tuple[Callable[[str], str], Callable[[str], str]]:
     try:
-        names, values = _ESCAPES["1.0" if command in _RAW_COMMANDS else version]
+        return _ESCAPERS["1.0" if command in _RAW_COMMANDS else version]
     except KeyError:
         raise ValueError(f"unsupported STOMP version {version!r}") from None
-    parts = [command]
-    for k, v in items:
-        if k != "content-length":
-            parts += ("\n", k.translate(names), ":", v.translate(values))
-    if tail is not None:
-        parts.append(tail)
-    parts.append("\n\n")
-    return "".join(parts)
 
 
 def _needs_escape(text: str, lines: int, version: str) -> bool:
@@ -440,6 +481,12 @@ def _needs_escape(text: str, lines: int, version: str) -> bool:
         or "\\" in text
         or ("\r" in text and version != "1.1")
     )
+
+
+def _cl_tail(body: bytes, content_length: bool | None) -> str | None:
+    if (bool(body) if content_length is None else content_length) or b"\0" in body:
+        return f"\ncontent-length:{len(body)}"
+    return None
 
 
 def encode_frame(
@@ -456,27 +503,27 @@ def encode_frame(
     sent when the body is non-empty; ``content_length=False`` omits it (a text message,
     see research §10.5) unless the body holds a NUL, ``True`` always sends it.
     """
-    items = list(headers.items() if isinstance(headers, Mapping) else headers)
-    with_cl = bool(body) if content_length is None else content_length
-    if not with_cl and b"\0" in body:
-        with_cl = True
-    tail = f"\ncontent-length:{len(body)}" if with_cl else None
+    items = list(headers.items() if isinstance(headers, dict | Mapping) else headers)
+    tail = _cl_tail(body, content_length)
+    text, lines = _head_text(command, items, tail)
+    if version not in _ESCAPERS or _needs_escape(
+        text, lines, "1.0" if command in _RAW_COMMANDS else version
+    ):
+        escape_name, escape_value = _escapers(command, version)
+        items = [(escape_name(k), escape_value(v)) for k, v in items]
+        text, lines = _head_text(command, items, tail)
+    return b"".join((text.encode("utf-8"), b"\n\n", body, b"\0"))
+
+
+def _head_text(command: str, items: Iterable[tuple[str, str]], tail: str | None) -> tuple[str, int]:
+    """The command and header lines (no final blank line), and the number of headers."""
     parts = [command]
-    lines = 0
     for k, v in items:
         if k != "content-length":
             parts += ("\n", k, ":", v)
-            lines += 1
     if tail is not None:
         parts.append(tail)
-        lines += 1
-    text = "".join(parts)
-    check = "1.0" if command in _RAW_COMMANDS else version
-    if version not in _ESCAPES or _needs_escape(text, lines, check):
-        text = _escaped_text(command, items, version, tail)
-    else:
-        text += "\n\n"
-    return b"".join((text.encode("utf-8"), body, b"\0"))
+    return "".join(parts), len(parts) // 4 + (tail is not None)
 
 
 def encode_message(
@@ -490,30 +537,30 @@ def encode_message(
     *,
     content_length: bool | None = None,
 ) -> bytes:
-    """Fast path for MESSAGE frames; same output as :func:`encode_frame` with these headers
-    first (so, first-wins, an extra header can never override them)."""
+    """Fast path for MESSAGE frames; the same bytes as :func:`encode_frame` with these
+    headers first (so, first-wins, an extra header can never override them)."""
     parts = ["MESSAGE\ndestination:", destination, "\nmessage-id:", message_id,
              "\nsubscription:", subscription]  # fmt: skip
-    lines = 3
     if ack is not None:
         parts += ("\nack:", ack)
-        lines = 4
+    lines = len(parts) // 2
+    fixed_end = len(parts)
     if extra_headers:
         for k, v in extra_headers.items():
             if k != "content-length":
                 parts += ("\n", k, ":", v)
                 lines += 1
-    with_cl = bool(body) if content_length is None else content_length
-    if with_cl or b"\0" in body:
+    extra_end = len(parts)
+    if (bool(body) if content_length is None else content_length) or b"\0" in body:
         parts += ("\ncontent-length:", str(len(body)))
         lines += 1
     text = "".join(parts)
-    if version not in _ESCAPES or _needs_escape(text, lines, version):
-        fixed = [("destination", destination), ("message-id", message_id),
-                 ("subscription", subscription)]  # fmt: skip
-        if ack is not None:
-            fixed.append(("ack", ack))
-        if extra_headers:
-            fixed += extra_headers.items()
-        return encode_frame("MESSAGE", fixed, body, version, content_length=content_length)
-    return b"".join(((text + "\n\n").encode("utf-8"), body, b"\0"))
+    if version not in _ESCAPERS or _needs_escape(text, lines, version):
+        escape_name, escape_value = _escapers("MESSAGE", version)
+        for i in range(1, fixed_end, 2):  # the fixed names need no escaping
+            parts[i] = escape_value(parts[i])
+        for i in range(fixed_end, extra_end, 4):  # "\n", name, ":", value
+            parts[i + 1] = escape_name(parts[i + 1])
+            parts[i + 3] = escape_value(parts[i + 3])
+        text = "".join(parts)
+    return b"".join((text.encode("utf-8"), b"\n\n", body, b"\0"))

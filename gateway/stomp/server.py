@@ -15,7 +15,9 @@ log = logging.getLogger("waystation.stomp")
 class StompProtocol(asyncio.Protocol):
     """The ``Link`` for a TCP connection: writes made during one loop turn go out together."""
 
-    def __init__(self, engine: Engine, options: StompOptions, connections: set[StompProtocol]) -> None:
+    def __init__(
+        self, engine: Engine, options: StompOptions, connections: set[StompProtocol]
+    ) -> None:
         self.engine = engine
         self.options = options
         self.connections = connections
@@ -27,8 +29,7 @@ class StompProtocol(asyncio.Protocol):
         self._closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:

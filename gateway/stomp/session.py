@@ -30,12 +30,29 @@ log = logging.getLogger("waystation.stomp")
 SERVER_NAME = "Waystation/0.1"
 VERSIONS = ("1.2", "1.1", "1.0")
 ACK_MODES = ("auto", "client", "client-individual")
-DURABLE_NAME_HEADERS = ("durable-subscription-name", "activemq.subscriptionName", "durable-subscriber-name")
+DURABLE_NAME_HEADERS = (
+    "durable-subscription-name",
+    "activemq.subscriptionName",
+    "durable-subscriber-name",
+)
 WINDOW_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
 # SEND headers that steer the send rather than travel with the message
-_CONTROL_HEADERS = frozenset(("destination", "receipt", "transaction", "content-length", "persistent", "priority", "expires"))
+_CONTROL_HEADERS = frozenset(
+    ("destination", "receipt", "transaction", "content-length", "persistent", "priority", "expires")
+)
 _OWN_HEADERS = frozenset(
-    ("destination", "message-id", "subscription", "ack", "content-length", "persistent", "priority", "expires", "redelivered", "timestamp")
+    (
+        "destination",
+        "message-id",
+        "subscription",
+        "ack",
+        "content-length",
+        "persistent",
+        "priority",
+        "expires",
+        "redelivered",
+        "timestamp",
+    )
 )
 
 
@@ -44,14 +61,26 @@ class StompOptions:
     limits: Limits
     heartbeat_send_ms: int = 10000  # what the server offers to send
     heartbeat_receive_ms: int = 10000  # what the server wants to receive
+    heartbeat_min_ms: int = 500  # faster heart-beats asked by a client are raised to this
     heartbeat_grace: float = 2.0  # a peer silent for grace x interval is dead
+    connection_ttl: float = (
+        60.0  # seconds of silence before a connection without heart-beats is closed
+    )
     default_window: int | None = None  # None: the address setting
 
 
 class _Sub:
     __slots__ = ("id", "destination", "routing", "ack", "sub", "durable_name", "prefix_routing")
 
-    def __init__(self, sid: str, destination: str, routing: str | None, ack: str, sub: Subscription, durable_name: str | None) -> None:
+    def __init__(
+        self,
+        sid: str,
+        destination: str,
+        routing: str | None,
+        ack: str,
+        sub: Subscription,
+        durable_name: str | None,
+    ) -> None:
         self.id = sid
         self.destination = destination
         self.routing = routing
@@ -74,6 +103,7 @@ class StompSession:
         self.subs: dict[str, _Sub] = {}
         self.txs: dict[str, Transaction] = {}
         self.pending_acks: dict[str, tuple[_Sub, int]] = {}
+        self._destinations: dict[str, tuple[str, str | None]] = {}  # parsed and send-authorized
         self._ack_seq = 0
         self._tail: asyncio.Future[None] | None = None  # last durable write not yet confirmed
         self._last_read = time.monotonic()
@@ -81,6 +111,7 @@ class StompSession:
         self._hb_handle: asyncio.TimerHandle | None = None
         self._send_every = 0.0
         self._expect_every = 0.0
+        self._ttl_only = False
         self._paused_writing = False
         self._blocked_reading = False
         self.loop = asyncio.get_running_loop()
@@ -100,7 +131,11 @@ class StompSession:
                             return
                 # the parser stops after CONNECT so the version is set before the rest
                 last = events[-1]
-                events = self.parser.feed(b"") if isinstance(last, Frame) and last.command in ("CONNECT", "STOMP") else []
+                events = (
+                    self.parser.feed(b"")
+                    if isinstance(last, Frame) and last.command in ("CONNECT", "STOMP")
+                    else []
+                )
         except StompError as e:
             self.fail(e.message, e.detail, e.receipt_id)
         except Exception as e:  # a bug must not take the server down: report and close
@@ -113,7 +148,10 @@ class StompSession:
             if cmd in ("CONNECT", "STOMP"):
                 self._on_connect(frame)
                 return
-            raise StompError(f"expected CONNECT or STOMP frame, got {cmd}", receipt_id=frame.headers.get("receipt"))
+            raise StompError(
+                f"expected CONNECT or STOMP frame, got {cmd}",
+                receipt_id=frame.headers.get("receipt"),
+            )
         handler = self._handlers.get(cmd)
         if handler is None:
             if cmd in ("CONNECT", "STOMP"):
@@ -125,7 +163,14 @@ class StompSession:
             if e.receipt_id is None:
                 e.receipt_id = frame.headers.get("receipt")
             raise
-        except (RoutingError, AddressFull, NotAuthorized, TransactionError, ConsumerError, ValueError) as e:
+        except (
+            RoutingError,
+            AddressFull,
+            NotAuthorized,
+            TransactionError,
+            ConsumerError,
+            ValueError,
+        ) as e:
             what = {
                 RoutingError: "unknown destination",
                 AddressFull: "address full",
@@ -165,7 +210,11 @@ class StompSession:
             if self.closed:
                 return
             if f.cancelled() or f.exception() is not None:
-                self.fail("store failure: message not persisted", str(f.exception() if not f.cancelled() else "cancelled"), rid)
+                self.fail(
+                    "store failure: message not persisted",
+                    str(f.exception() if not f.cancelled() else "cancelled"),
+                    rid,
+                )
             else:
                 if self._tail is f:
                     self._tail = None
@@ -181,10 +230,7 @@ class StompSession:
         headers = {"message": message.replace("\n", " ")[:1000], "content-type": "text/plain"}
         if receipt_id is not None:
             headers["receipt-id"] = receipt_id
-        if self.version == "1.0" or not self.connected:
-            version = "1.0"
-        else:
-            version = self.version
+        version = self.version if self.connected else "1.0"
         body = (detail or message).encode()
         self._write(encode_frame("ERROR", headers, body, version))
         self.close()
@@ -241,7 +287,11 @@ class StompSession:
                 self._write(
                     encode_frame(
                         "ERROR",
-                        {"version": ",".join(reversed(VERSIONS)), "content-type": "text/plain", "message": "Supported protocol versions are 1.0,1.1,1.2"},
+                        {
+                            "version": ",".join(reversed(VERSIONS)),
+                            "content-type": "text/plain",
+                            "message": "Supported protocol versions are 1.0,1.1,1.2",
+                        },
                         f"client offered {accepted!r}".encode(),
                         "1.0",
                     )
@@ -259,14 +309,19 @@ class StompSession:
         headers = {"version": version, "server": SERVER_NAME, "session": f"{id(self):x}"}
         if version != "1.0":
             cx, cy = _parse_heartbeat(h.get("heart-beat", "0,0"))
+            floor = self.options.heartbeat_min_ms
+            cx, cy = (max(cx, floor) if cx else 0), (max(cy, floor) if cy else 0)
             sx, sy = self.options.heartbeat_send_ms, self.options.heartbeat_receive_ms
             send_every = max(sx, cy) if sx and cy else 0
             expect_every = max(cx, sy) if cx and sy else 0
             headers["heart-beat"] = f"{sx},{sy}"
             self._send_every = send_every / 1000.0
             self._expect_every = expect_every / 1000.0
-            if send_every or expect_every:
-                self._arm_heartbeat()
+        if not self._expect_every and self.options.connection_ttl > 0:
+            self._expect_every = self.options.connection_ttl  # no heart-beats: the TTL applies
+            self._ttl_only = True
+        if self._send_every or self._expect_every:
+            self._arm_heartbeat()
         self.connected = True
         self._frame("CONNECTED", headers)
 
@@ -278,8 +333,15 @@ class StompSession:
         if self.closed:
             return
         now = time.monotonic()
-        if self._expect_every and now - self._last_read > self._expect_every * self.options.heartbeat_grace:
-            log.info("STOMP %s: no heart-beat for %.1fs; closing", self.link.peer, now - self._last_read)
+        limit = self._expect_every * (1.0 if self._ttl_only else self.options.heartbeat_grace)
+        if self._expect_every and now - self._last_read > limit:
+            what = "connection TTL expired" if self._ttl_only else "no heart-beat"
+            log.info(
+                "STOMP %s: %s after %.1fs of silence; closing",
+                self.link.peer,
+                what,
+                now - self._last_read,
+            )
             self.close()
             return
         if self._send_every and now - self._last_write >= self._send_every * 0.9:
@@ -292,9 +354,14 @@ class StompSession:
         dest = h.get("destination")
         if not dest:
             raise StompError("SEND frame has no destination header")
-        address, routing = parse_destination(dest)
-        assert self.principal is not None
-        self.engine.security.check(self.principal, Permission.SEND, address)
+        hit = self._destinations.get(dest)
+        if hit is None:
+            hit = parse_destination(dest)
+            assert self.principal is not None
+            self.engine.security.check(self.principal, Permission.SEND, hit[0])
+            if len(self._destinations) < 1000:
+                self._destinations[dest] = hit
+        address, routing = hit
         props: dict[str, PropertyValue] = {}
         for k, v in h.items():
             if k not in _CONTROL_HEADERS:
@@ -312,7 +379,17 @@ class StompSession:
         delay = h.get("AMQ_SCHEDULED_DELAY") or h.get("scheduled-delay")
         if delay is not None:
             scheduled = now_ms() + _int_value("scheduled delay", delay)
-        msg = Message(self.engine.ids(), address, frame.body, props, durable, priority, now_ms(), expiration, scheduled)
+        msg = Message(
+            self.engine.ids(),
+            address,
+            frame.body,
+            props,
+            durable,
+            priority,
+            now_ms(),
+            expiration,
+            scheduled,
+        )
         txid = h.get("transaction")
         if txid is not None:
             self.engine.send(msg, routing=routing, tx=self._tx(txid))
@@ -346,7 +423,9 @@ class StompSession:
             raise StompError(f"subscription id {sid!r} is already in use on this connection")
         ack = h.get("ack", "auto")
         if ack not in ACK_MODES:
-            raise StompError(f"invalid ack mode {ack!r}: expected auto, client or client-individual")
+            raise StompError(
+                f"invalid ack mode {ack!r}: expected auto, client or client-individual"
+            )
         address, routing = parse_destination(dest)
         assert self.principal is not None
         self.engine.security.check(self.principal, Permission.CONSUME, address)
@@ -429,10 +508,14 @@ class StompSession:
         h = frame.headers
         key = h.get("id") if self.version == "1.2" else h.get("message-id")
         if key is None:
-            raise StompError(f"{frame.command} frame has no {'id' if self.version == '1.2' else 'message-id'} header")
+            raise StompError(
+                f"{frame.command} frame has no {'id' if self.version == '1.2' else 'message-id'} header"
+            )
         hit = self.pending_acks.get(key)
         if hit is None:
-            raise StompError(f"{frame.command} for unknown message id {key!r}: not delivered on this connection or already acknowledged")
+            raise StompError(
+                f"{frame.command} for unknown message id {key!r}: not delivered on this connection or already acknowledged"
+            )
         return hit[0], hit[1], key
 
     def _on_ack(self, frame: Frame) -> None:
@@ -549,7 +632,9 @@ def _parse_heartbeat(value: str) -> tuple[int, int]:
         a, b = value.split(",")
         cx, cy = int(a), int(b)
     except ValueError:
-        raise StompError(f"invalid heart-beat header {value!r}: expected two integers like 10000,10000") from None
+        raise StompError(
+            f"invalid heart-beat header {value!r}: expected two integers like 10000,10000"
+        ) from None
     if cx < 0 or cy < 0:
         raise StompError(f"invalid heart-beat header {value!r}: negative interval")
     return cx, cy
@@ -565,7 +650,9 @@ def _int_value(what: str, value: str) -> int:
 def _int_header(h: dict[str, str], name: str, lo: int, hi: int | None) -> int:
     v = _int_value(f"{name} header", h[name])
     if v < lo or (hi is not None and v > hi):
-        raise StompError(f"invalid {name} header {v}: expected {lo}..{hi if hi is not None else 'any'}")
+        raise StompError(
+            f"invalid {name} header {v}: expected {lo}..{hi if hi is not None else 'any'}"
+        )
     return v
 
 

@@ -24,7 +24,9 @@ from core.settings import AddressSettings
 
 def test_nack_redelivers_then_dead_letters_with_reason(run):
     async def go():
-        eng = await make_engine(None, {"work": AddressSettings(max_delivery_attempts=3, dead_letter_address="DLQ")})
+        eng = await make_engine(
+            None, {"work": AddressSettings(max_delivery_attempts=3, dead_letter_address="DLQ")}
+        )
         c = Collector()
         sub = eng.subscribe("work", c)
         eng.send(eng.make_message("work", b"poison"))
@@ -39,7 +41,11 @@ def test_nack_redelivers_then_dead_letters_with_reason(run):
         dead = list(eng.queue("DLQ").browse())
         assert [m.body for m in dead] == [b"poison"]
         p = dead[0].properties
-        assert p[DEAD_LETTER_REASON] == "max-deliveries" and p[ORIGINAL_ADDRESS] == "work" and p[ORIGINAL_QUEUE] == "work"
+        assert (
+            p[DEAD_LETTER_REASON] == "max-deliveries"
+            and p[ORIGINAL_ADDRESS] == "work"
+            and p[ORIGINAL_QUEUE] == "work"
+        )
         assert eng.queue("work").depth == 0
         await eng.stop()
 
@@ -49,7 +55,13 @@ def test_nack_redelivers_then_dead_letters_with_reason(run):
 def test_redelivery_delay_with_multiplier_and_cap():
     from core.settings import SettingsRepository
 
-    r = SettingsRepository({"#": AddressSettings(redelivery_delay_ms=100, redelivery_multiplier=2.0, max_redelivery_delay_ms=300)}).resolve("q")
+    r = SettingsRepository(
+        {
+            "#": AddressSettings(
+                redelivery_delay_ms=100, redelivery_multiplier=2.0, max_redelivery_delay_ms=300
+            )
+        }
+    ).resolve("q")
     assert [r.redelivery_delay(n) for n in (1, 2, 3, 4)] == [0.1, 0.2, 0.3, 0.3]
 
 
@@ -110,7 +122,9 @@ def test_cumulative_ack(run):
 
 def test_expired_messages_go_to_the_expiry_address(run):
     async def go():
-        eng = await make_engine(None, {"#": AddressSettings(expiry_address="Expired")}, expiry_scan_period=0.05)
+        eng = await make_engine(
+            None, {"#": AddressSettings(expiry_address="Expired")}, expiry_scan_period=0.05
+        )
         eng.send(eng.make_message("q", b"old", expiration=now_ms() + 50))
         eng.send(eng.make_message("q", b"fresh"))
         await asyncio.sleep(0.3)
@@ -126,7 +140,9 @@ def test_expired_messages_go_to_the_expiry_address(run):
 
 def test_expired_message_is_not_delivered_and_expiry_delay_applies(run):
     async def go():
-        eng = await make_engine(None, {"short": AddressSettings(expiry_delay_ms=30)}, expiry_scan_period=60)
+        eng = await make_engine(
+            None, {"short": AddressSettings(expiry_delay_ms=30)}, expiry_scan_period=60
+        )
         eng.send(eng.make_message("q", b"dead", expiration=now_ms() - 1))
         eng.send(eng.make_message("short", b"x"))
         assert next(iter(eng.queue("short").browse())).expiration > 0
@@ -263,7 +279,9 @@ def test_consumer_selector_leaves_other_messages_for_others(run):
 
 def test_exclusive_queue_and_max_consumers(run):
     async def go():
-        eng = await make_engine(None, queues=[QueueSpec("ex", exclusive=True), QueueSpec("two", max_consumers=2)])
+        eng = await make_engine(
+            None, queues=[QueueSpec("ex", exclusive=True), QueueSpec("two", max_consumers=2)]
+        )
         eng.subscribe("ex", Collector())
         with pytest.raises(ConsumerError, match="exclusive"):
             eng.subscribe("ex", Collector())

@@ -19,9 +19,7 @@ from hypothesis import strategies as st
 from core.filter import FilterError, compile_filter
 from core.message import Message
 
-SETTINGS = settings(
-    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ["a", "b", "s", "flag", "gone"]
 Tree = tuple[Any, ...]
 
@@ -185,8 +183,8 @@ def not3(a: Any) -> Any:
     return None if a is None else not a
 
 
-def cmp(op: str, a: object, b: object) -> Any:
-    fns = {"=": operator.eq, "<>": operator.ne, "<": operator.lt}
+def cmp(op: str, a: Any, b: Any) -> Any:
+    fns: dict[str, Any] = {"=": operator.eq, "<>": operator.ne, "<": operator.lt}
     fns.update({"<=": operator.le, ">": operator.gt, ">=": operator.ge})
     if kind(a) is None or kind(a) != kind(b) or (op not in ("=", "<>") and kind(a) != "num"):
         return None
@@ -236,11 +234,11 @@ def ref(t: Tree, props: dict[str, object]) -> Any:
         return cmp(t[1], ref(t[2], props), ref(t[3], props))
     if tag == "between":
         x = ref(t[1], props)
-        r = and3(cmp("<=", ref(t[2], props), x), cmp("<=", x, ref(t[3], props)))
+        r: Any = and3(cmp("<=", ref(t[2], props), x), cmp("<=", x, ref(t[3], props)))
         return not3(r) if t[4] else r
     if tag == "in":
         x = ref(t[1], props)
-        r: Any = False
+        r = False
         for v in t[2]:
             r = or3(r, cmp("=", x, v[1]))
         return not3(r) if t[3] else r
@@ -306,14 +304,56 @@ def test_evaluation_never_raises(tree: Tree, props: dict[str, object]) -> None:
     assert f.evaluate(props) in (True, False, None)
 
 
-TOKENS = (
-    "a b flag = <> < <= > >= ( ) , + - * / AND or Not BETWEEN IN LIKE ESCAPE IS NULL TRUE "
-    "false 'x' '%' '' ' 1 2.5 0x1F .5 1e3 7. 9999999999999999999999 ! \" # HQPriority"
-).split()
+TOKENS = [
+    "a",
+    "b",
+    "flag",
+    "=",
+    "<>",
+    "<",
+    "<=",
+    ">",
+    ">=",
+    "(",
+    ")",
+    ",",
+    "+",
+    "-",
+    "*",
+    "/",
+    "AND",
+    "or",
+    "Not",
+    "BETWEEN",
+    "IN",
+    "LIKE",
+    "ESCAPE",
+    "IS",
+    "NULL",
+    "TRUE",
+    "false",
+    "'x'",
+    "'%'",
+    "''",
+    "'",
+    "1",
+    "2.5",
+    "0x1F",
+    ".5",
+    "1e3",
+    "7.",
+    "9999999999999999999999",
+    "!",
+    '"',
+    "#",
+    "HQPriority",
+]
 
 
 @SETTINGS
-@given(st.one_of(st.text(max_size=80), st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join)))
+@given(
+    st.one_of(st.text(max_size=80), st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join))
+)
 def test_arbitrary_text_compiles_or_raises_filter_error(text: str) -> None:
     try:
         f = compile_filter(text)

@@ -19,7 +19,9 @@ BODY = b"x" * 1000
 
 def test_fail_policy_refuses_when_full(run):
     async def go():
-        eng = await make_engine(None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.FAIL)})
+        eng = await make_engine(
+            None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.FAIL)}
+        )
         with pytest.raises(AddressFull, match="is full"):
             for _ in range(100):
                 eng.send(eng.make_message("q", BODY))
@@ -31,7 +33,9 @@ def test_fail_policy_refuses_when_full(run):
 
 def test_drop_policy_discards_when_full(run):
     async def go():
-        eng = await make_engine(None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.DROP)})
+        eng = await make_engine(
+            None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.DROP)}
+        )
         for _ in range(100):
             eng.send(eng.make_message("q", BODY))
         assert 3 <= eng.queue("q").depth <= 6
@@ -42,7 +46,9 @@ def test_drop_policy_discards_when_full(run):
 
 def test_block_policy_gates_the_producer_until_space(run):
     async def go():
-        eng = await make_engine(None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.BLOCK)})
+        eng = await make_engine(
+            None, {"q": AddressSettings(max_size_bytes=5000, full_policy=FullPolicy.BLOCK)}
+        )
         gate = None
         sent = 0
         while gate is None:
@@ -62,7 +68,9 @@ def test_block_policy_gates_the_producer_until_space(run):
 def test_page_policy_keeps_memory_bounded_and_order(run, tmp_path):
     async def go():
         limit = 20_000
-        eng = await make_engine(tmp_path, {"q": AddressSettings(max_size_bytes=limit, full_policy=FullPolicy.PAGE)})
+        eng = await make_engine(
+            tmp_path, {"q": AddressSettings(max_size_bytes=limit, full_policy=FullPolicy.PAGE)}
+        )
         n = 2000
         for i in range(n):
             eng.send(eng.make_message("q", b"%06d" % i + BODY))
@@ -121,7 +129,10 @@ def test_duplicate_ids_are_dropped_and_remembered_across_restart(run, tmp_path):
     async def go():
         eng = await make_engine(tmp_path)
         for dup in ("a", "b", "a"):
-            await (eng.send(eng.make_message("q", dup.encode(), {DUPLICATE_ID: dup}, durable=True)) or settle())
+            await (
+                eng.send(eng.make_message("q", dup.encode(), {DUPLICATE_ID: dup}, durable=True))
+                or settle()
+            )
         assert [m.body for m in eng.queue("q").browse()] == [b"a", b"b"]
         await eng.stop()
         eng = await make_engine(tmp_path)
@@ -149,7 +160,15 @@ def test_duplicate_cache_is_bounded(run, tmp_path):
 def test_event_log_records_the_lifecycle(run, tmp_path):
     async def go():
         events = JsonlEventLog(tmp_path / "events", "node-1", max_file_size=400, max_files=50)
-        eng = Engine(EngineConfig(node_name="node-1", address_settings={"#": AddressSettings(max_delivery_attempts=1, dead_letter_address="DLQ")}), events=events)
+        eng = Engine(
+            EngineConfig(
+                node_name="node-1",
+                address_settings={
+                    "#": AddressSettings(max_delivery_attempts=1, dead_letter_address="DLQ")
+                },
+            ),
+            events=events,
+        )
         await eng.start()
         c = Collector()
         sub = eng.subscribe("q", c)

@@ -14,7 +14,9 @@ def test_durable_messages_in_durable_queues_survive_restart(run, tmp_path):
     async def go():
         eng = await make_engine(tmp_path)
         for i in range(5):
-            fut = eng.send(eng.make_message("q", b"d%d" % i, {"k": i}, durable=True, priority=4 + i % 2))
+            fut = eng.send(
+                eng.make_message("q", b"d%d" % i, {"k": i}, durable=True, priority=4 + i % 2)
+            )
             assert fut is not None
             await fut
         eng.send(eng.make_message("q", b"transient"))

@@ -56,7 +56,10 @@ def test_multicast_every_subscription_gets_a_copy_and_unsubscribed_temp_queue_go
 
 def test_multicast_without_subscribers_drops_or_dead_letters(run):
     async def go():
-        eng = await make_engine(None, {"news.#": AddressSettings(send_to_dla_on_no_route=True, dead_letter_address="DLQ")})
+        eng = await make_engine(
+            None,
+            {"news.#": AddressSettings(send_to_dla_on_no_route=True, dead_letter_address="DLQ")},
+        )
         eng.send(eng.make_message("prices", b"nobody"), routing=MULTICAST)
         eng.send(eng.make_message("news.x", b"to-dla"), routing=MULTICAST)
         dlq = eng.queue("DLQ")
@@ -98,7 +101,10 @@ def test_wildcard_routing_disabled_makes_patterns_literal(run):
 
 def test_auto_create_governed_by_settings(run):
     async def go():
-        eng = await make_engine(None, {"strict.#": AddressSettings(auto_create_queues=False, auto_create_addresses=False)})
+        eng = await make_engine(
+            None,
+            {"strict.#": AddressSettings(auto_create_queues=False, auto_create_addresses=False)},
+        )
         eng.send(eng.make_message("loose", b"x"))
         assert eng.queue("loose") is not None and eng.queue("loose").depth == 1
         with pytest.raises(RoutingError, match="does not exist"):
@@ -114,7 +120,10 @@ def test_auto_create_governed_by_settings(run):
 
 def test_queue_filter_only_admits_matching_messages(run):
     async def go():
-        eng = await make_engine(None, queues=[QueueSpec("red", "paint", filter="color = 'red'"), QueueSpec("all", "paint")])
+        eng = await make_engine(
+            None,
+            queues=[QueueSpec("red", "paint", filter="color = 'red'"), QueueSpec("all", "paint")],
+        )
         for color in ("red", "blue"):
             eng.send(eng.make_message("paint", color.encode(), {"color": color}))
         assert [m.body for m in eng.queue("red").browse()] == [b"red"]
@@ -129,7 +138,15 @@ def test_non_exclusive_divert_copies_with_filter_and_transformer(run):
         eng = await make_engine(
             None,
             queues=[QueueSpec("orders"), QueueSpec("audit")],
-            diverts=[DivertSpec("eu", "orders", "audit", filter="region = 'EU'", transformer="test_routing:add_suffix")],
+            diverts=[
+                DivertSpec(
+                    "eu",
+                    "orders",
+                    "audit",
+                    filter="region = 'EU'",
+                    transformer="test_routing:add_suffix",
+                )
+            ],
         )
         eng.send(eng.make_message("orders", b"o1", {"region": "EU"}))
         eng.send(eng.make_message("orders", b"o2", {"region": "US"}))
@@ -144,8 +161,13 @@ def test_non_exclusive_divert_copies_with_filter_and_transformer(run):
 
 def test_exclusive_divert_moves_the_message(run):
     async def go():
-        eng = await make_engine(None, queues=[QueueSpec("orders"), QueueSpec("priority")],
-                                diverts=[DivertSpec("big", "orders", "priority", filter="amount > 1000", exclusive=True)])
+        eng = await make_engine(
+            None,
+            queues=[QueueSpec("orders"), QueueSpec("priority")],
+            diverts=[
+                DivertSpec("big", "orders", "priority", filter="amount > 1000", exclusive=True)
+            ],
+        )
         eng.send(eng.make_message("orders", b"small", {"amount": 5}))
         eng.send(eng.make_message("orders", b"big", {"amount": 5000}))
         assert [m.body for m in eng.queue("orders").browse()] == [b"small"]
@@ -158,7 +180,9 @@ def test_exclusive_divert_moves_the_message(run):
 def test_divert_loop_is_refused(run):
     async def go():
         with pytest.raises(DivertError, match="divert loop"):
-            await make_engine(None, diverts=[DivertSpec("d1", "a", "b"), DivertSpec("d2", "b", "a")])
+            await make_engine(
+                None, diverts=[DivertSpec("d1", "a", "b"), DivertSpec("d2", "b", "a")]
+            )
         eng = await make_engine(None, diverts=[DivertSpec("d1", "x.#", "y")])
         from core.divert import Divert
 
@@ -171,13 +195,21 @@ def test_divert_loop_is_refused(run):
 
 def test_store_and_forward_address_goes_to_the_node_queue(run):
     async def go():
-        eng = await make_engine(None, {"#": AddressSettings(dead_letter_address="DLQ")}, node_name="site-a", remote_nodes={"site-b"})
+        eng = await make_engine(
+            None,
+            {"#": AddressSettings(dead_letter_address="DLQ")},
+            node_name="site-a",
+            remote_nodes={"site-b"},
+        )
         eng.send(eng.make_message("site-b::orders", b"remote"))
         eng.send(eng.make_message("site-a::orders", b"local"))
         eng.send(eng.make_message("site-x::orders", b"nowhere"))
         sf = list(eng.queue("sf.site-b").browse())
         assert [m.body for m in sf] == [b"remote"]
-        assert sf[0].properties[ROUTE_TO_NODE] == "site-b" and sf[0].properties[ORIGINAL_ADDRESS] == "orders"
+        assert (
+            sf[0].properties[ROUTE_TO_NODE] == "site-b"
+            and sf[0].properties[ORIGINAL_ADDRESS] == "orders"
+        )
         assert [m.body for m in eng.queue("orders").browse()] == [b"local"]
         dead = list(eng.queue("DLQ").browse())
         assert [m.body for m in dead] == [b"nowhere"]

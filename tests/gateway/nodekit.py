@@ -19,7 +19,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None) -> float:
+def wait_port(
+    port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | None = None
+) -> float:
     t0 = time.monotonic()
     while True:
         try:
@@ -36,7 +38,13 @@ def wait_port(port: int, timeout: float = 15.0, proc: subprocess.Popen[bytes] | 
 class NodeProcess:
     """A node with its own data folder and STOMP port; restartable, killable."""
 
-    def __init__(self, workdir: Path, extra_config: str = "", name: str = "test-node", log_level: str = "INFO") -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        extra_config: str = "",
+        name: str = "test-node",
+        log_level: str = "INFO",
+    ) -> None:
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stomp_port = free_port()
@@ -110,7 +118,9 @@ class RawStomp:
         self.sock.sendall(data)
 
     def connect(self, version: str = "1.2", extra: str = "") -> bytes:
-        self.send(f"CONNECT\naccept-version:{version}\nhost:localhost\n{extra}\n".encode() + b"\x00")
+        self.send(
+            f"CONNECT\naccept-version:{version}\nhost:localhost\n{extra}\n".encode() + b"\x00"
+        )
         return self.read_frame()
 
     def read_frame(self) -> bytes:

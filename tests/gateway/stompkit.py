@@ -56,20 +56,35 @@ class Collect(stomp.ConnectionListener):
         return True
 
     def wait_messages(self, n: int, timeout: float = 10.0) -> list[Frame]:
-        assert self.wait(lambda: len(self.messages) >= n, timeout), f"got {len(self.messages)} of {n} messages"
+        assert self.wait(lambda: len(self.messages) >= n, timeout), (
+            f"got {len(self.messages)} of {n} messages"
+        )
         return self.messages
 
     def wait_receipt(self, rid: str, timeout: float = 10.0) -> None:
-        assert self.wait(lambda: rid in self.receipts, timeout), f"no receipt {rid!r}; errors={[e.headers for e in self.errors]}"
+        assert self.wait(lambda: rid in self.receipts, timeout), (
+            f"no receipt {rid!r}; errors={[e.headers for e in self.errors]}"
+        )
 
     def wait_error(self, timeout: float = 10.0) -> Frame:
         assert self.wait(lambda: bool(self.errors), timeout), "no ERROR frame"
         return self.errors[0]
 
 
-def connect(port: int, version: str = "1.2", login: str = "guest", passcode: str = "guest", heartbeats: tuple[int, int] = (0, 0), wait: bool = True, **headers: str) -> tuple[stomp.Connection, Collect]:
+def connect(
+    port: int,
+    version: str = "1.2",
+    login: str = "guest",
+    passcode: str = "guest",
+    heartbeats: tuple[int, int] = (0, 0),
+    wait: bool = True,
+    auto_decode: bool = True,
+    **headers: str,
+) -> tuple[stomp.Connection, Collect]:
     cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
-    kw = {} if version == "1.0" else {"heartbeats": heartbeats}
+    kw: dict[str, object] = {"auto_decode": auto_decode}
+    if version != "1.0":
+        kw["heartbeats"] = heartbeats
     conn = cls([("127.0.0.1", port)], **kw)  # type: ignore[arg-type]
     listener = Collect()
     conn.set_listener("c", listener)

@@ -12,7 +12,9 @@ from nodekit import NodeProcess
 CYCLES = 5
 
 
-async def producer(port: int, name: str, sent: set[str], receipted: set[str], stop: asyncio.Event, window: int = 32) -> None:
+async def producer(
+    port: int, name: str, sent: set[str], receipted: set[str], stop: asyncio.Event, window: int = 32
+) -> None:
     """Send durable messages with a receipt each, ``window`` outstanding, until the
     connection dies or ``stop`` is set."""
     seq = 0
@@ -27,25 +29,37 @@ async def producer(port: int, name: str, sent: set[str], receipted: set[str], st
 
     async def read_loop() -> None:
         nonlocal buf
-        while True:
-            chunk = await reader.read(65536)
-            if not chunk:
-                return
-            buf += chunk
-            while b"\x00" in buf:
-                frame, buf = buf.split(b"\x00", 1)
-                frame = frame.lstrip(b"\r\n")
-                if frame.startswith(b"RECEIPT"):
-                    rid = frame.split(b"receipt-id:", 1)[1].split(b"\n", 1)[0].decode()
-                    body = pending.pop(rid, None)
-                    if body is not None:
-                        receipted.add(body)
-                        outstanding.release()
+        try:
+            while True:
+                chunk = await reader.read(65536)
+                if not chunk:
+                    return
+                on_data(chunk)
+        except (ConnectionError, OSError):
+            return
+        finally:
+            for _ in range(window + 1):  # wake the sender: the connection is gone
+                outstanding.release()
+
+    def on_data(chunk: bytes) -> None:
+        nonlocal buf
+        buf += chunk
+        while b"\x00" in buf:
+            frame, buf = buf.split(b"\x00", 1)
+            frame = frame.lstrip(b"\r\n")
+            if frame.startswith(b"RECEIPT"):
+                rid = frame.split(b"receipt-id:", 1)[1].split(b"\n", 1)[0].decode()
+                body = pending.pop(rid, None)
+                if body is not None:
+                    receipted.add(body)
+                    outstanding.release()
 
     rt = asyncio.ensure_future(read_loop())
     try:
         while not stop.is_set() and not rt.done():
             await outstanding.acquire()
+            if rt.done():
+                break
             seq += 1
             body = f"{name}-{seq}"
             sent.add(body)
@@ -65,13 +79,17 @@ async def producer(port: int, name: str, sent: set[str], receipted: set[str], st
 
 async def drain_all(port: int, expect_at_least: int) -> list[str]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:0\ndestination:/queue/crash\nack:auto\n\n\x00")
+    writer.write(
+        b"CONNECT\naccept-version:1.2\nhost:x\n\n\x00SUBSCRIBE\nid:0\ndestination:/queue/crash\nack:auto\n\n\x00"
+    )
     got: list[str] = []
     buf = b""
     while True:
         try:
-            chunk = await asyncio.wait_for(reader.read(65536), 3 if len(got) >= expect_at_least else 20)
-        except asyncio.TimeoutError:
+            chunk = await asyncio.wait_for(
+                reader.read(65536), 3 if len(got) >= expect_at_least else 20
+            )
+        except TimeoutError:
             break
         if not chunk:
             break
@@ -94,7 +112,10 @@ def test_kill9_loses_no_receipted_message_and_invents_none(tmp_path):
 
     async def cycle(i: int) -> None:
         stop = asyncio.Event()
-        tasks = [asyncio.ensure_future(producer(node.stomp_port, f"c{i}p{k}", sent, receipted, stop)) for k in range(4)]
+        tasks = [
+            asyncio.ensure_future(producer(node.stomp_port, f"c{i}p{k}", sent, receipted, stop))
+            for k in range(4)
+        ]
         await asyncio.sleep(rng.uniform(0.4, 1.5))
         node.kill9()  # mid-stream: some sends are on disk without a receipt, some not at all
         stop.set()

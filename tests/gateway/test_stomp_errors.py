@@ -37,7 +37,7 @@ consume = ["rw"]
 
 [acceptors.stomp]
 url = "tcp://127.0.0.1:PORT"
-max_frame_size = "64KiB"
+max_frame_size = "40KiB"
 max_body_size = "32KiB"
 max_headers = 20
 max_header_length = "1KiB"
@@ -52,7 +52,9 @@ def node(tmp_path_factory):
     from nodekit import free_port
 
     port = free_port()
-    n = NodeProcess(tmp_path_factory.mktemp("stomp-errors"), extra_config=USERS.replace("PORT", str(port)))
+    n = NodeProcess(
+        tmp_path_factory.mktemp("stomp-errors"), extra_config=USERS.replace("PORT", str(port))
+    )
     # the acceptors table above replaces the default stomp line: rewrite the config
     text = n.config_path.read_text().replace(f'stomp = "tcp://127.0.0.1:{n.stomp_port}"\n', "")
     n.config_path.write_text(text)
@@ -97,32 +99,88 @@ CASES = [
     ("missing destination", "c", b"SEND\n\nbody\x00", "no destination"),
     ("malformed header", "c", b"SEND\ndestination /queue/x\n\n\x00", "malformed header"),
     ("bad escape", "c", b"SEND\ndestination:/queue/a\\tb\n\n\x00", "escape"),
-    ("bad content-length", "c", b"SEND\ndestination:/queue/x\ncontent-length:abc\n\n\x00", "content-length"),
-    ("content-length overrun", "c", b"SEND\ndestination:/queue/x\ncontent-length:2\n\nabcdef\x00", "NUL"),
-    ("bad selector", "c", b"SUBSCRIBE\nid:1\ndestination:/queue/x\nselector:color = = 'red'\n\n\x00", "selector"),
-    ("bad ack mode", "c", b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00", "ack mode"),
+    (
+        "bad content-length",
+        "c",
+        b"SEND\ndestination:/queue/x\ncontent-length:abc\n\n\x00",
+        "content-length",
+    ),
+    (
+        "content-length overrun",
+        "c",
+        b"SEND\ndestination:/queue/x\ncontent-length:2\n\nabcdef\x00",
+        "NUL",
+    ),
+    (
+        "bad selector",
+        "c",
+        b"SUBSCRIBE\nid:1\ndestination:/queue/x\nselector:color = = 'red'\n\n\x00",
+        "selector",
+    ),
+    (
+        "bad ack mode",
+        "c",
+        b"SUBSCRIBE\nid:1\ndestination:/queue/x\nack:sometimes\n\n\x00",
+        "ack mode",
+    ),
     ("subscribe without id", "c", b"SUBSCRIBE\ndestination:/queue/x\n\n\x00", "no id"),
     ("ack unknown id", "c", b"ACK\nid:nope\n\n\x00", "unknown message id"),
     ("nack unknown id", "c", b"NACK\nid:nope\n\n\x00", "unknown message id"),
     ("commit unknown tx", "c", b"COMMIT\ntransaction:t-none\n\n\x00", "unknown transaction"),
     ("abort unknown tx", "c", b"ABORT\ntransaction:t-none\n\n\x00", "unknown transaction"),
-    ("send in unknown tx", "c", b"SEND\ndestination:/queue/x\ntransaction:zz\n\nb\x00", "unknown transaction"),
-    ("double begin", "c", b"BEGIN\ntransaction:t1\n\n\x00BEGIN\ntransaction:t1\n\n\x00", "already active"),
+    (
+        "send in unknown tx",
+        "c",
+        b"SEND\ndestination:/queue/x\ntransaction:zz\n\nb\x00",
+        "unknown transaction",
+    ),
+    (
+        "double begin",
+        "c",
+        b"BEGIN\ntransaction:t1\n\n\x00BEGIN\ntransaction:t1\n\n\x00",
+        "already active",
+    ),
     ("bad priority", "c", b"SEND\ndestination:/queue/x\npriority:high\n\n\x00", "priority"),
-    ("too many headers", "c", b"SEND\ndestination:/queue/x\n" + b"".join(b"h%d:v\n" % i for i in range(30)) + b"\n\x00", "headers"),
-    ("header too long", "c", b"SEND\ndestination:/queue/x\nbig:" + b"v" * 2000 + b"\n\n\x00", "header"),
-    ("body over limit", "c", b"SEND\ndestination:/queue/x\ncontent-length:40000\n\n" + b"x" * 40000 + b"\x00", "body"),
-    ("frame over limit", "c", b"SEND\ndestination:/queue/x\n\n" + b"x" * 70000 + b"\x00", "frame"),
-    ("not authorized to send", "c", b"SEND\ndestination:/queue/private.x\n\nb\x00", "not authorized"),
+    (
+        "too many headers",
+        "c",
+        b"SEND\ndestination:/queue/x\n" + b"".join(b"h%d:v\n" % i for i in range(30)) + b"\n\x00",
+        "headers",
+    ),
+    (
+        "header too long",
+        "c",
+        b"SEND\ndestination:/queue/x\nbig:" + b"v" * 2000 + b"\n\n\x00",
+        "header",
+    ),
+    (
+        "body over limit",
+        "c",
+        b"SEND\ndestination:/queue/x\ncontent-length:40000\n\n" + b"x" * 40000 + b"\x00",
+        "body",
+    ),
+    (
+        "frame over limit",
+        "c",
+        b"SEND\ndestination:/queue/x\n"
+        + b"".join(b"h%d:%s\n" % (i, b"v" * 900) for i in range(15))
+        + b"\n"
+        + b"x" * 30000
+        + b"\x00",
+        "frame",
+    ),
+    (
+        "not authorized to send",
+        "c",
+        b"SEND\ndestination:/queue/private.x\n\nb\x00",
+        "not authorized",
+    ),
 ]
 
 
 @pytest.mark.parametrize("name,state,data,fragment", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_gets_error_and_close(node, bystander, name, state, data, fragment):
-    if state is None:
-        r = RawStomp(node.stomp_port)
-    else:
-        r = raw_connected(node)
+    r = RawStomp(node.stomp_port) if state is None else raw_connected(node)
     r.send(data)
     expect_error(r, fragment)
 
@@ -160,8 +218,20 @@ def test_dead_connection_is_detected(node, bystander):
     assert time.monotonic() - t0 < 3
 
 
+def test_heart_beats_both_ways(node):
+    conn, lst = connect(node.stomp_port, login="app", passcode="secret", heartbeats=(300, 300))
+    assert lst.wait(lambda: lst.heartbeats >= 3, timeout=10)
+    time.sleep(1.5)  # stomp.py beats for us: the server must keep the connection open
+    assert conn.is_connected() and not lst.errors
+    conn.disconnect()
+
+
 def test_garbage_bytes_do_not_hurt_others(node, bystander):
-    for junk in (b"\xff\xfe\x00\x01" * 100, b"\x00" * 10, b"CONNECT\naccept-version:1.2\n\n\x00" + b"\x80" * 50):
+    for junk in (
+        b"\xff\xfe\x00\x01" * 100,
+        b"\x00" * 10,
+        b"CONNECT\naccept-version:1.2\n\n\x00" + b"\x80" * 50,
+    ):
         s = socket.create_connection(("127.0.0.1", node.stomp_port))
         s.sendall(junk)
         s.settimeout(3)
@@ -182,3 +252,21 @@ def test_most_specific_permission_pattern_decides(node):
     c2.subscribe("/queue/private.inbox", id="s")
     err = l2.wait_error()
     assert "not authorized" in err.headers["message"]
+
+
+def test_connection_ttl_closes_a_silent_client_without_heart_beats(tmp_path):
+    n = NodeProcess(tmp_path, extra_config="")
+    text = n.config_path.read_text().replace(
+        f'stomp = "tcp://127.0.0.1:{n.stomp_port}"',
+        f'stomp = {{ url = "tcp://127.0.0.1:{n.stomp_port}", connection_ttl = "1s" }}',
+    )
+    n.config_path.write_text(text)
+    n.start()
+    try:
+        r = RawStomp(n.stomp_port)
+        assert r.connect("1.0").startswith(b"CONNECTED")
+        t0 = time.monotonic()
+        r.read_until_closed(limit=5)
+        assert 0.9 < time.monotonic() - t0 < 3
+    finally:
+        n.stop()
