@@ -38,7 +38,12 @@ def _duplicates(items: Iterable[str], where: str, key: str) -> list[Problem]:
     out: list[Problem] = []
     for i, value in enumerate(items):
         if value in first:
-            out.append(((where, i, key), f"duplicate {key} {value!r} (first used at {format_loc((where, first[value]))})"))
+            out.append(
+                (
+                    (where, i, key),
+                    f"duplicate {key} {value!r} (first used at {format_loc((where, first[value]))})",
+                )
+            )
         else:
             first[value] = i
     return out
@@ -64,7 +69,7 @@ def divert_loops(diverts: Sequence[DivertConfig], node_name: str) -> list[Proble
         path.append(i)
         for j in edges[i]:
             if state[j] == 1:
-                cycles.append(path[path.index(j):])
+                cycles.append(path[path.index(j) :])
             elif state[j] == 0:
                 visit(j, path)
         path.pop()
@@ -75,7 +80,10 @@ def divert_loops(diverts: Sequence[DivertConfig], node_name: str) -> list[Proble
             visit(i, [])
     out: list[Problem] = []
     for cycle in cycles:
-        shown = [d.target if t == d.target else f"{d.target} (queue {t})" for d, t in zip(diverts, targets, strict=True)]
+        shown = [
+            d.target if t == d.target else f"{d.target} (queue {t})"
+            for d, t in zip(diverts, targets, strict=True)
+        ]
         chain = " -> ".join([diverts[cycle[0]].address] + [shown[i] for i in cycle])
         names = ", ".join(diverts[i].name for i in cycle)
         noun = "diverts" if len(cycle) > 1 else "divert"
@@ -92,23 +100,38 @@ def _roles(config: Config) -> list[Problem]:
             for k, role in enumerate(grant.roles(permission)):
                 if role not in known:
                     out.append(
-                        (("permissions", i, permission, k), f"unknown role {role!r}: no user has it (known roles: {listing})")
+                        (
+                            ("permissions", i, permission, k),
+                            f"unknown role {role!r}: no user has it (known roles: {listing})",
+                        )
                     )
     if config.security.enabled and not config.users and not config.security.allow_anonymous:
-        out.append((("security", "enabled"), "security is on but there are no [[users]] and allow_anonymous is false"))
+        out.append(
+            (
+                ("security", "enabled"),
+                "security is on but there are no [[users]] and allow_anonymous is false",
+            )
+        )
     return out
 
 
 def _bridges(config: Config) -> list[Problem]:
-    queues = {q.name for q in config.queues} | {s.name for t in config.topics for s in t.subscriptions}
+    queues = {q.name for q in config.queues} | {
+        s.name for t in config.topics for s in t.subscriptions
+    }
     out: list[Problem] = []
     for i, bridge in enumerate(config.bridges):
         if bridge.remote_node == config.node.name:
-            out.append((("bridges", i, "remote_node"), f"{bridge.remote_node!r} is this node's own name"))
+            out.append(
+                (("bridges", i, "remote_node"), f"{bridge.remote_node!r} is this node's own name")
+            )
         if bridge.queue not in queues and not bridge.queue.startswith(defaults.SF_QUEUE_PREFIX):
             out.append(
-                (("bridges", i, "queue"), f"queue {bridge.queue!r} is not declared in [[queues]] "
-                 f"(only store-and-forward queues '{defaults.SF_QUEUE_PREFIX}<node>' exist implicitly)")
+                (
+                    ("bridges", i, "queue"),
+                    f"queue {bridge.queue!r} is not declared in [[queues]] "
+                    f"(only store-and-forward queues '{defaults.SF_QUEUE_PREFIX}<node>' exist implicitly)",
+                )
             )
     return out
 
@@ -118,8 +141,12 @@ def problems(config: Config) -> list[Problem]:
     out = _duplicates((q.name for q in config.queues), "queues", "name")
     out += _duplicates((t.name for t in config.topics), "topics", "name")
     for i, topic in enumerate(config.topics):
-        out += [(("topics", i) + loc, msg) for loc, msg in
-                _duplicates((s.name for s in topic.subscriptions), "subscriptions", "name")]
+        out += [
+            (("topics", i) + loc, msg)
+            for loc, msg in _duplicates(
+                (s.name for s in topic.subscriptions), "subscriptions", "name"
+            )
+        ]
     out += _duplicates((d.name for d in config.diverts), "diverts", "name")
     out += _duplicates((b.name for b in config.bridges), "bridges", "name")
     out += _duplicates((u.name for u in config.users), "users", "name")
@@ -135,16 +162,28 @@ def warnings(config: Config) -> list[str]:
     out: list[Problem] = []
     for i, user in enumerate(config.users):
         if user.password is not None:
-            out.append((("users", i, "password"), "plain-text password; prefer password_hash (python -m config.passwords)"))
+            out.append(
+                (
+                    ("users", i, "password"),
+                    "plain-text password; prefer password_hash (python -m config.passwords)",
+                )
+            )
     if not config.security.enabled:
         for name, acceptor in config.acceptors.enabled().items():
             endpoint: Endpoint = acceptor.endpoint
             if not endpoint.is_loopback:
-                out.append((("acceptors", name), f"listens on {endpoint.host} with security disabled"))
+                out.append(
+                    (("acceptors", name), f"listens on {endpoint.host} with security disabled")
+                )
     bridged = {b.remote_node for b in config.bridges}
     for i, divert in enumerate(config.diverts):
         node = divert.remote_node
         if node is not None and node != config.node.name and node not in bridged:
-            out.append((("diverts", i, "target"), f"no [[bridges]] entry for node {node!r}: messages will wait in "
-                        f"{defaults.sf_queue(node)!r}"))
+            out.append(
+                (
+                    ("diverts", i, "target"),
+                    f"no [[bridges]] entry for node {node!r}: messages will wait in "
+                    f"{defaults.sf_queue(node)!r}",
+                )
+            )
     return [describe(loc, msg, config.source or "<config>") for loc, msg in out]

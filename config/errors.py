@@ -87,7 +87,9 @@ def _message(err: Any) -> str:
     if kind == "missing":
         return f"missing required key {err['loc'][-1]!r}"
     if kind == "list_type" and isinstance(value, dict) and len(err["loc"]) == 1:
-        return f"expected an array of tables, got a table (write [[{err['loc'][0]}]] for each entry)"
+        return (
+            f"expected an array of tables, got a table (write [[{err['loc'][0]}]] for each entry)"
+        )
     if kind in _TYPE_MESSAGES:
         return f"{_TYPE_MESSAGES[kind]}, got {describe_value(value)}"
     if kind in _BOUNDS:
@@ -127,7 +129,9 @@ def _suggest(root: type[BaseModel] | None, loc: Loc, key: object) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _expand(errors: Iterable[Any], root: type[BaseModel] | None = None) -> list[tuple[Loc, Loc, str]]:
+def _expand(
+    errors: Iterable[Any], root: type[BaseModel] | None = None
+) -> list[tuple[Loc, Loc, str]]:
     """Pydantic errors -> (key path, path to find the line, message).
 
     ``Problems`` fan out into their own paths; a ``[key]`` marker means the key is bad.
@@ -153,7 +157,11 @@ def _expand(errors: Iterable[Any], root: type[BaseModel] | None = None) -> list[
 
 
 def describe(
-    loc: Loc, message: str, source: str, lines: dict[Loc, int] | None = None, line_loc: Loc | None = None
+    loc: Loc,
+    message: str,
+    source: str,
+    lines: dict[Loc, int] | None = None,
+    line_loc: Loc | None = None,
 ) -> str:
     """``site.toml: [[diverts]][0].filter: <message> (line 12)``."""
     where = f"{format_loc(loc)}: " if loc else ""
@@ -182,4 +190,12 @@ def from_validation_error(
     return ConfigError(problems, source)
 
 
-__all__ = ["ConfigError", "Loc", "Problems", "describe", "format_key", "format_loc", "from_validation_error"]
+__all__ = [
+    "ConfigError",
+    "Loc",
+    "Problems",
+    "describe",
+    "format_key",
+    "format_loc",
+    "from_validation_error",
+]

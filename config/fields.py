@@ -43,6 +43,7 @@ def _string(value: object) -> str:
 
 # --- durations and sizes -------------------------------------------------------------------
 
+
 def _duration_or_off(value: object) -> timedelta | Literal["off"]:
     if value is False or (type(value) is int and value == -1):
         return "off"
@@ -79,7 +80,9 @@ def node_name(value: object) -> str:
 def _address(value: object, *, wildcards: bool) -> str:
     text = _string(value)
     if NODE_SEPARATOR in text:
-        raise ValueError(f"{text!r} names a remote node ('{NODE_SEPARATOR}'); a local address is needed here")
+        raise ValueError(
+            f"{text!r} names a remote node ('{NODE_SEPARATOR}'); a local address is needed here"
+        )
     try:
         return validate_name(text, allow_wildcards=wildcards)
     except InvalidAddress as e:
@@ -137,6 +140,8 @@ AddressPattern = Annotated[str, _plain(lambda v: _address(v, wildcards=True))]
 TargetAddress = Annotated[str, _plain(target_address)]
 FilterText = Annotated[str | None, _plain(_filter)]  # blank means no filter
 DottedPath = Annotated[str, _plain(_dotted_path)]
+
+
 def _password_hash(value: object) -> str:
     parse_hash(_string(value))
     return _string(value)
@@ -147,6 +152,7 @@ PasswordHashText = Annotated[str, _plain(_password_hash)]  # pbkdf2_sha256$itera
 
 
 # --- choices (case-insensitive) ---------------------------------------------------------------
+
 
 def _choice_parser(values: tuple[str, ...]) -> Callable[[object], str]:
     canonical = {v.lower(): v for v in values}
@@ -175,6 +181,7 @@ FullPolicyChoice = Annotated[FullPolicy, enum_choice(FullPolicy)]
 
 # --- paths --------------------------------------------------------------------------------------
 
+
 def _config_path(value: object, info: ValidationInfo) -> Path:
     path = value if isinstance(value, Path) else Path(_string(value)).expanduser()
     if path.is_absolute():
@@ -193,7 +200,9 @@ RelativePath = Annotated[Path, _plain(_relative_path)]  # kept as written; the o
 
 # --- URLs ---------------------------------------------------------------------------------------
 
-_HOSTNAME = re.compile(r"(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?")
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
+)
 DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
 
 
@@ -236,7 +245,9 @@ def parse_url(
     parts = _split(text)
     scheme = parts.scheme.lower()
     if scheme not in schemes:
-        raise ValueError(f"URL scheme must be one of {', '.join(schemes)}, got {scheme or 'none'!r} in {text!r}")
+        raise ValueError(
+            f"URL scheme must be one of {', '.join(schemes)}, got {scheme or 'none'!r} in {text!r}"
+        )
     host = parts.hostname or ""
     if not host:
         raise ValueError(f"URL {text!r} has no host")
@@ -273,7 +284,9 @@ def _url_check(
     schemes: tuple[str, ...], *, path_allowed: bool = False, credentials_allowed: bool = False
 ) -> PlainValidator:
     def check(value: object) -> str:
-        parse_url(value, schemes, path_allowed=path_allowed, credentials_allowed=credentials_allowed)
+        parse_url(
+            value, schemes, path_allowed=path_allowed, credentials_allowed=credentials_allowed
+        )
         return _string(value).strip()
 
     return _plain(check)

@@ -30,26 +30,64 @@ from config.units import duration, format_duration
 class BridgeConfig(Section):
     name: Name = Field(description="Unique bridge name.")
     remote_node: NodeName = Field(description="Name of the node at the other end.")
-    queue: AddressName = Field(description="Local source queue; defaults to the store-and-forward queue 'sf.<remote_node>'.")
-    forwarding_address: AddressName | None = Field(default=None, description="Remote address; unset keeps each message's address.")
-    filter: FilterText = Field(default=None, description="Only matching messages are forwarded; others stay queued.")
-    transformer: DottedPath | None = Field(default=None, description="'pkg.module:function' applied before forwarding.")
-    urls: list[BridgeUrl] = Field(min_length=1, description="Remote endpoints in failover order (tcp, tls, ws, wss, http, https).")
-    proxy: ProxyUrl | None = Field(default=None, description="HTTP proxy, http://user:pass@host:port.")
+    queue: AddressName = Field(
+        description="Local source queue; defaults to the store-and-forward queue 'sf.<remote_node>'."
+    )
+    forwarding_address: AddressName | None = Field(
+        default=None, description="Remote address; unset keeps each message's address."
+    )
+    filter: FilterText = Field(
+        default=None, description="Only matching messages are forwarded; others stay queued."
+    )
+    transformer: DottedPath | None = Field(
+        default=None, description="'pkg.module:function' applied before forwarding."
+    )
+    urls: list[BridgeUrl] = Field(
+        min_length=1,
+        description="Remote endpoints in failover order (tcp, tls, ws, wss, http, https).",
+    )
+    proxy: ProxyUrl | None = Field(
+        default=None, description="HTTP proxy, http://user:pass@host:port."
+    )
     user: str | None = Field(default=None, description="User on the remote node.")
-    password: str | None = Field(default=None, description="Password on the remote node (\"${ENV_VAR}\" keeps it out of the file).")
-    retry_interval: Duration = Field(default=duration("2s"), description="First wait between reconnect attempts.")
-    retry_multiplier: float = Field(default=2.0, ge=1.0, description="Backoff factor per failed attempt.")
-    max_retry_interval: Duration = Field(default=duration("60s"), description="Cap on the wait between attempts.")
-    reconnect_attempts: int = Field(default=-1, ge=-1, description="Attempts before giving up; -1 = forever.")
-    confirmation_window: int = Field(default=1000, ge=1, description="Messages sent but not yet confirmed.")
-    duplicate_detection: bool = Field(default=True, description="Stamp duplicate ids so resends are dropped remotely.")
-    heartbeat: Duration = Field(default=duration("10s"), description="Link heart-beat interval (0 = none).")
-    liveness_timeout: Duration = Field(default=duration("30s"), description="Silence after which the link is considered dead.")
-    routing_timeout: Duration | None = Field(default=None, description="Dead-letter messages not forwarded within this time.")
-    in_doubt_timeout: Duration = Field(default=duration("5m"), description="How long unconfirmed messages are retried after reconnects.")
+    password: str | None = Field(
+        default=None,
+        description='Password on the remote node ("${ENV_VAR}" keeps it out of the file).',
+    )
+    retry_interval: Duration = Field(
+        default=duration("2s"), description="First wait between reconnect attempts."
+    )
+    retry_multiplier: float = Field(
+        default=2.0, ge=1.0, description="Backoff factor per failed attempt."
+    )
+    max_retry_interval: Duration = Field(
+        default=duration("60s"), description="Cap on the wait between attempts."
+    )
+    reconnect_attempts: int = Field(
+        default=-1, ge=-1, description="Attempts before giving up; -1 = forever."
+    )
+    confirmation_window: int = Field(
+        default=1000, ge=1, description="Messages sent but not yet confirmed."
+    )
+    duplicate_detection: bool = Field(
+        default=True, description="Stamp duplicate ids so resends are dropped remotely."
+    )
+    heartbeat: Duration = Field(
+        default=duration("10s"), description="Link heart-beat interval (0 = none)."
+    )
+    liveness_timeout: Duration = Field(
+        default=duration("30s"), description="Silence after which the link is considered dead."
+    )
+    routing_timeout: Duration | None = Field(
+        default=None, description="Dead-letter messages not forwarded within this time."
+    )
+    in_doubt_timeout: Duration = Field(
+        default=duration("5m"),
+        description="How long unconfirmed messages are retried after reconnects.",
+    )
     foreign: Annotated[Literal["stomp"], choice("stomp")] | None = Field(
-        default=None, description="\"stomp\" for a foreign STOMP broker (ActiveMQ, RabbitMQ); false/unset for Waystation."
+        default=None,
+        description='"stomp" for a foreign STOMP broker (ActiveMQ, RabbitMQ); false/unset for Waystation.',
     )
 
     @model_validator(mode="before")
@@ -72,15 +110,27 @@ class BridgeConfig(Section):
     def _consistent(self) -> BridgeConfig:
         problems: list[tuple[Loc, str]] = []
         if self.max_retry_interval < self.retry_interval:
-            problems.append((("max_retry_interval",), f"must be at least retry_interval ({format_duration(self.retry_interval)})"))
+            problems.append(
+                (
+                    ("max_retry_interval",),
+                    f"must be at least retry_interval ({format_duration(self.retry_interval)})",
+                )
+            )
         if self.heartbeat and self.liveness_timeout <= self.heartbeat:
-            problems.append((("liveness_timeout",), f"must be longer than heartbeat ({format_duration(self.heartbeat)})"))
+            problems.append(
+                (
+                    ("liveness_timeout",),
+                    f"must be longer than heartbeat ({format_duration(self.heartbeat)})",
+                )
+            )
         if self.password is not None and self.user is None:
             problems.append((("password",), "a password needs a user"))
         if self.foreign:
             for i, url in enumerate(self.urls):
                 if parse_url(url, BRIDGE_SCHEMES, path_allowed=True).scheme in ("http", "https"):
-                    problems.append((("urls", i), "a foreign broker cannot be reached over the HTTP tunnel"))
+                    problems.append(
+                        (("urls", i), "a foreign broker cannot be reached over the HTTP tunnel")
+                    )
         if problems:
             raise Problems(problems)
         return self
@@ -89,4 +139,8 @@ class BridgeConfig(Section):
         return [parse_url(u, BRIDGE_SCHEMES, path_allowed=True) for u in self.urls]
 
     def proxy_endpoint(self) -> Endpoint | None:
-        return None if self.proxy is None else parse_url(self.proxy, ("http",), credentials_allowed=True)
+        return (
+            None
+            if self.proxy is None
+            else parse_url(self.proxy, ("http",), credentials_allowed=True)
+        )

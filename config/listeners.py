@@ -24,8 +24,12 @@ from config.units import duration, size
 class TlsConfig(Section):
     cert: ConfigPath = Field(description="PEM certificate chain.")
     key: ConfigPath = Field(description="PEM private key.")
-    ca: ConfigPath | None = Field(default=None, description="PEM CA bundle to verify client certificates.")
-    require_client_cert: bool = Field(default=False, description="Mutual TLS: refuse clients without a certificate signed by ca.")
+    ca: ConfigPath | None = Field(
+        default=None, description="PEM CA bundle to verify client certificates."
+    )
+    require_client_cert: bool = Field(
+        default=False, description="Mutual TLS: refuse clients without a certificate signed by ca."
+    )
 
     @model_validator(mode="after")
     def _mutual_needs_ca(self) -> TlsConfig:
@@ -41,7 +45,9 @@ class AcceptorConfig(Section):
     tls_schemes: ClassVar[tuple[str, ...]] = ("tls", "https")
     enabled: bool = Field(default=True, description="false turns the listener off.")
     url: str = Field(description="Where to listen; port 0 picks a free port.")
-    tls: TlsConfig | None = Field(default=None, description="TLS for this listener: {cert, key, ca?}.")
+    tls: TlsConfig | None = Field(
+        default=None, description="TLS for this listener: {cert, key, ca?}."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -57,7 +63,9 @@ class AcceptorConfig(Section):
     @model_validator(mode="after")
     def _tls_scheme(self) -> AcceptorConfig:
         if self.endpoint.scheme in self.tls_schemes and self.tls is None:
-            raise Problems([(("tls",), f"URL scheme {self.endpoint.scheme!r} needs a tls table {{cert, key}}")])
+            raise Problems(
+                [(("tls",), f"URL scheme {self.endpoint.scheme!r} needs a tls table {{cert, key}}")]
+            )
         return self
 
     @property
@@ -66,15 +74,33 @@ class AcceptorConfig(Section):
 
 
 class StompAcceptor(AcceptorConfig):
-    url: StreamListenUrl = Field(default=defaults.STOMP_URL, description="tcp://host:port (or tls:// with a tls table).")
-    max_frame_size: Size = Field(default=size("16MiB"), description="Largest frame (headers and body) accepted.")
+    url: StreamListenUrl = Field(
+        default=defaults.STOMP_URL, description="tcp://host:port (or tls:// with a tls table)."
+    )
+    max_frame_size: Size = Field(
+        default=size("16MiB"), description="Largest frame (headers and body) accepted."
+    )
     max_body_size: Size = Field(default=size("10MiB"), description="Largest message body accepted.")
     max_headers: int = Field(default=1000, ge=1, description="Most headers in one frame.")
-    max_header_length: Size = Field(default=size("10KiB"), description="Longest single header line.")
-    heartbeat_send: Duration = Field(default=duration("10s"), description="Interval the server offers to send heart-beats (0 = never).")
-    heartbeat_receive: Duration = Field(default=duration("10s"), description="Interval the server asks clients to send heart-beats (0 = none).")
-    heartbeat_min: Duration = Field(default=duration("500ms"), description="Non-zero heart-beat intervals below this are raised to it.")
-    connection_ttl: Duration = Field(default=duration("60s"), description="Idle time after which a connection without heart-beats is closed.")
+    max_header_length: Size = Field(
+        default=size("10KiB"), description="Longest single header line."
+    )
+    heartbeat_send: Duration = Field(
+        default=duration("10s"),
+        description="Interval the server offers to send heart-beats (0 = never).",
+    )
+    heartbeat_receive: Duration = Field(
+        default=duration("10s"),
+        description="Interval the server asks clients to send heart-beats (0 = none).",
+    )
+    heartbeat_min: Duration = Field(
+        default=duration("500ms"),
+        description="Non-zero heart-beat intervals below this are raised to it.",
+    )
+    connection_ttl: Duration = Field(
+        default=duration("60s"),
+        description="Idle time after which a connection without heart-beats is closed.",
+    )
 
     @model_validator(mode="after")
     def _body_fits(self) -> StompAcceptor:
@@ -85,28 +111,41 @@ class StompAcceptor(AcceptorConfig):
 
 class HttpAcceptor(AcceptorConfig):
     schemes: ClassVar[tuple[str, ...]] = ("http", "https")
-    url: HttpListenUrl = Field(default=defaults.HTTP_URL, description="http://host:port: REST, WebSocket, tunnel, admin, console.")
+    url: HttpListenUrl = Field(
+        default=defaults.HTTP_URL,
+        description="http://host:port: REST, WebSocket, tunnel, admin, console.",
+    )
 
 
 class AmqpAcceptor(AcceptorConfig):
-    url: StreamListenUrl = Field(default=defaults.AMQP_URL, description="tcp://host:port for AMQP 1.0.")
+    url: StreamListenUrl = Field(
+        default=defaults.AMQP_URL, description="tcp://host:port for AMQP 1.0."
+    )
 
 
 class MqttAcceptor(AcceptorConfig):
-    url: StreamListenUrl = Field(default=defaults.MQTT_URL, description="tcp://host:port for MQTT 3.1.1 and 5.")
+    url: StreamListenUrl = Field(
+        default=defaults.MQTT_URL, description="tcp://host:port for MQTT 3.1.1 and 5."
+    )
 
 
 class AcceptorsConfig(Section):
-    stomp: StompAcceptor = Field(default_factory=StompAcceptor, description="STOMP 1.0-1.2 listener.")
+    stomp: StompAcceptor = Field(
+        default_factory=StompAcceptor, description="STOMP 1.0-1.2 listener."
+    )
     http: HttpAcceptor = Field(default_factory=HttpAcceptor, description="HTTP listener.")
     amqp: AmqpAcceptor = Field(default_factory=AmqpAcceptor, description="AMQP 1.0 listener.")
     mqtt: MqttAcceptor = Field(default_factory=MqttAcceptor, description="MQTT listener.")
 
     def enabled(self) -> dict[str, AcceptorConfig]:
         """The listeners to open, by protocol name."""
-        all_: dict[str, AcceptorConfig] = {"stomp": self.stomp, "http": self.http, "amqp": self.amqp, "mqtt": self.mqtt}
+        all_: dict[str, AcceptorConfig] = {
+            "stomp": self.stomp,
+            "http": self.http,
+            "amqp": self.amqp,
+            "mqtt": self.mqtt,
+        }
         return {k: v for k, v in all_.items() if v.enabled}
-
 
 
 __all__ = [

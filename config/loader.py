@@ -22,7 +22,9 @@ _REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
 
 
-def _substitute(value: Any, env: Mapping[str, str], loc: Loc, missing: list[tuple[Loc, str]]) -> Any:
+def _substitute(
+    value: Any, env: Mapping[str, str], loc: Loc, missing: list[tuple[Loc, str]]
+) -> Any:
     if isinstance(value, dict):
         return {k: _substitute(v, env, loc + (k,), missing) for k, v in value.items()}
     if isinstance(value, list):
@@ -38,7 +40,12 @@ def _substitute(value: Any, env: Mapping[str, str], loc: Loc, missing: list[tupl
             return env[name]
         if default is not None:
             return default
-        missing.append((loc, f"environment variable {name!r} is not set (write ${{{name}:default}} for a fallback)"))
+        missing.append(
+            (
+                loc,
+                f"environment variable {name!r} is not set (write ${{{name}:default}} for a fallback)",
+            )
+        )
         return match.group(0)
 
     return _REFERENCE.sub(replace, value)
@@ -86,7 +93,9 @@ def load_config(path: str | Path | None, *, env: Mapping[str, str] | None = None
     except OSError as exc:
         raise ConfigError([f"{source}: cannot read: {exc.strerror or exc}"], source) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError([f"{source}: not UTF-8 text: {exc.reason} at byte {exc.start}"], source) from None
+        raise ConfigError(
+            [f"{source}: not UTF-8 text: {exc.reason} at byte {exc.start}"], source
+        ) from None
     return parse_config(text, source, base_dir=Path(path).resolve().parent, env=env)
 
 

@@ -39,7 +39,9 @@ def parse_hash(stored: str) -> PasswordHash:
         )
     _, iterations_text, salt_text, digest_text = parts
     if not iterations_text.isdigit() or int(iterations_text) < MIN_ITERATIONS:
-        raise ValueError(f"hash iterations must be an integer >= {MIN_ITERATIONS}, got {iterations_text!r}")
+        raise ValueError(
+            f"hash iterations must be an integer >= {MIN_ITERATIONS}, got {iterations_text!r}"
+        )
     try:
         salt, digest = _b64decode(salt_text), _b64decode(digest_text)
     except (binascii.Error, UnicodeEncodeError, ValueError):
@@ -53,14 +55,21 @@ def _derive(password: str, salt: bytes, iterations: int) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", password.encode("utf-8"), salt, iterations)
 
 
-def hash_password(password: str, *, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None) -> str:
+def hash_password(
+    password: str, *, iterations: int = DEFAULT_ITERATIONS, salt: bytes | None = None
+) -> str:
     """A new ``pbkdf2_sha256$...`` string for ``password`` (random 16-byte salt by default)."""
     if iterations < MIN_ITERATIONS:
         raise ValueError(f"iterations must be >= {MIN_ITERATIONS}")
     salt = os.urandom(SALT_BYTES) if salt is None else salt
     digest = _derive(password, salt, iterations)
     return "$".join(
-        (SCHEME, str(iterations), base64.b64encode(salt).decode(), base64.b64encode(digest).decode())
+        (
+            SCHEME,
+            str(iterations),
+            base64.b64encode(salt).decode(),
+            base64.b64encode(digest).decode(),
+        )
     )
 
 
@@ -89,4 +98,3 @@ __all__ = ["DEFAULT_ITERATIONS", "PasswordHash", "hash_password", "parse_hash", 
 
 if __name__ == "__main__":
     main()
-

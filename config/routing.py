@@ -39,16 +39,22 @@ def _is_address(value: object) -> bool:
 
 # --- [[queues]] and [[topics]] -----------------------------------------------------------------
 
+
 class QueueConfig(Section):
     name: AddressName = Field(description="Queue name (concrete, no wildcards).")
     address: AddressName = Field(description="Address the queue is bound to; defaults to name.")
     routing: Annotated[Literal["anycast", "multicast"], choice("anycast", "multicast")] = Field(
-        default="anycast", description="anycast (point-to-point) or multicast (a subscription on a topic address)."
+        default="anycast",
+        description="anycast (point-to-point) or multicast (a subscription on a topic address).",
     )
     durable: bool = Field(default=True, description="Survives restarts.")
-    filter: FilterText = Field(default=None, description="Selector: only matching messages enter the queue.")
+    filter: FilterText = Field(
+        default=None, description="Selector: only matching messages enter the queue."
+    )
     max_consumers: int = Field(default=-1, ge=-1, description="-1 = unlimited.")
-    exclusive: bool = Field(default=False, description="Deliver to one consumer at a time, failing over in order.")
+    exclusive: bool = Field(
+        default=False, description="Deliver to one consumer at a time, failing over in order."
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -62,36 +68,75 @@ class QueueConfig(Section):
 class SubscriptionConfig(Section):
     name: AddressName = Field(description="Subscription (queue) name, unique within the topic.")
     filter: FilterText = Field(default=None, description="Selector for this subscription.")
-    durable: bool = Field(default=True, description="Keeps messages while no subscriber is connected.")
+    durable: bool = Field(
+        default=True, description="Keeps messages while no subscriber is connected."
+    )
 
 
 class TopicConfig(Section):
     name: AddressName = Field(description="Multicast address.")
-    subscriptions: list[SubscriptionConfig] = Field(default_factory=list, description="Pre-declared subscriptions.")
+    subscriptions: list[SubscriptionConfig] = Field(
+        default_factory=list, description="Pre-declared subscriptions."
+    )
 
 
 # --- [address_settings."pattern"] ---------------------------------------------------------------
 
+
 class AddressSettingsConfig(Section):
     """Unset keys inherit from less specific patterns, then the built-in defaults."""
 
-    dead_letter_address: AddressName | None = Field(default=None, description="Where undeliverable messages go.")
-    max_delivery_attempts: int | None = Field(default=None, ge=-1, description="Failed deliveries before dead-lettering; -1 = unlimited.")
-    redelivery_delay: Duration | None = Field(default=None, description="Wait before redelivering a rejected message.")
-    redelivery_multiplier: float | None = Field(default=None, ge=1.0, description="Backoff factor per failed delivery.")
-    max_redelivery_delay: Duration | None = Field(default=None, description="Cap on the redelivery delay (0 = 10 x redelivery_delay).")
-    expiry_address: AddressName | None = Field(default=None, description="Where expired messages go (unset: dropped).")
-    expiry_delay: DurationOrOff | None = Field(default=None, description="Expiry given to messages sent without one; \"off\" or -1 = none.")
-    max_size_bytes: SizeOrUnlimited | None = Field(default=None, description="Memory limit per address; -1 = unlimited.")
-    page_size_bytes: Size | None = Field(default=None, gt=0, description="Page file size when paging.")
-    full_policy: FullPolicyChoice | None = Field(default=None, description="BLOCK, FAIL, DROP or PAGE when max_size_bytes is reached.")
-    last_value_key: str | None = Field(default=None, min_length=1, description="Property whose value makes queues here last-value queues.")
-    default_consumer_window: int | None = Field(default=None, ge=-1, description="Messages in flight per consumer; -1 = unbounded.")
-    send_to_dla_on_no_route: bool | None = Field(default=None, description="Unroutable messages go to the dead-letter address.")
+    dead_letter_address: AddressName | None = Field(
+        default=None, description="Where undeliverable messages go."
+    )
+    max_delivery_attempts: int | None = Field(
+        default=None, ge=-1, description="Failed deliveries before dead-lettering; -1 = unlimited."
+    )
+    redelivery_delay: Duration | None = Field(
+        default=None, description="Wait before redelivering a rejected message."
+    )
+    redelivery_multiplier: float | None = Field(
+        default=None, ge=1.0, description="Backoff factor per failed delivery."
+    )
+    max_redelivery_delay: Duration | None = Field(
+        default=None, description="Cap on the redelivery delay (0 = 10 x redelivery_delay)."
+    )
+    expiry_address: AddressName | None = Field(
+        default=None, description="Where expired messages go (unset: dropped)."
+    )
+    expiry_delay: DurationOrOff | None = Field(
+        default=None, description='Expiry given to messages sent without one; "off" or -1 = none.'
+    )
+    max_size_bytes: SizeOrUnlimited | None = Field(
+        default=None, description="Memory limit per address; -1 = unlimited."
+    )
+    page_size_bytes: Size | None = Field(
+        default=None, gt=0, description="Page file size when paging."
+    )
+    full_policy: FullPolicyChoice | None = Field(
+        default=None, description="BLOCK, FAIL, DROP or PAGE when max_size_bytes is reached."
+    )
+    last_value_key: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Property whose value makes queues here last-value queues.",
+    )
+    default_consumer_window: int | None = Field(
+        default=None, ge=-1, description="Messages in flight per consumer; -1 = unbounded."
+    )
+    send_to_dla_on_no_route: bool | None = Field(
+        default=None, description="Unroutable messages go to the dead-letter address."
+    )
     auto_create_queues: bool | None = Field(default=None, description="Create queues on first use.")
-    auto_create_addresses: bool | None = Field(default=None, description="Create addresses on first use.")
-    auto_delete_queues: bool | None = Field(default=None, description="Delete auto-created queues when unused and empty.")
-    duplicate_cache_size: int | None = Field(default=None, ge=0, description="Duplicate ids remembered per address.")
+    auto_create_addresses: bool | None = Field(
+        default=None, description="Create addresses on first use."
+    )
+    auto_delete_queues: bool | None = Field(
+        default=None, description="Delete auto-created queues when unused and empty."
+    )
+    duplicate_cache_size: int | None = Field(
+        default=None, ge=0, description="Duplicate ids remembered per address."
+    )
 
     def to_engine(self) -> AddressSettings:
         """The engine's settings (durations in ms, "off" as -1)."""
@@ -123,13 +168,20 @@ class AddressSettingsConfig(Section):
 
 # --- [[diverts]] -------------------------------------------------------------------------------
 
+
 class DivertConfig(Section):
     name: Name = Field(description="Unique divert name.")
     address: AddressPattern = Field(description="Source address or pattern watched.")
-    target: TargetAddress = Field(description="Local address, or 'node::address' (store-and-forward).")
+    target: TargetAddress = Field(
+        description="Local address, or 'node::address' (store-and-forward)."
+    )
     filter: FilterText = Field(default=None, description="Only matching messages are diverted.")
-    exclusive: bool = Field(default=False, description="true moves the message; false sends a copy.")
-    transformer: DottedPath | None = Field(default=None, description="'pkg.module:function' applied to each diverted message.")
+    exclusive: bool = Field(
+        default=False, description="true moves the message; false sends a copy."
+    )
+    transformer: DottedPath | None = Field(
+        default=None, description="'pkg.module:function' applied to each diverted message."
+    )
 
     @property
     def remote_node(self) -> str | None:

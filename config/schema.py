@@ -48,33 +48,67 @@ from core.settings import AddressSettings
 
 # --- [node] ----------------------------------------------------------------------------------
 
+
 class JournalConfig(Section):
     file_size: Size = Field(default=size("10MiB"), description="Size of each journal file.")
     min_files: int = Field(default=2, ge=1, description="Journal files pre-created and kept.")
-    sync: bool = Field(default=True, description="fsync before acknowledging durable writes (group-committed).")
-    compact_min_files: int = Field(default=10, ge=0, description="Compaction starts only when at least this many files exist.")
-    compact_percentage: int = Field(default=30, ge=0, le=100, description="Compact when live data is below this % of the journal.")
+    sync: bool = Field(
+        default=True, description="fsync before acknowledging durable writes (group-committed)."
+    )
+    compact_min_files: int = Field(
+        default=10, ge=0, description="Compaction starts only when at least this many files exist."
+    )
+    compact_percentage: int = Field(
+        default=30,
+        ge=0,
+        le=100,
+        description="Compact when live data is below this % of the journal.",
+    )
 
 
 class EventLogConfig(Section):
-    enabled: bool = Field(default=False, description="Write message lifecycle events for the pipeline.")
-    path: RelativePath = Field(default=Path("events"), description="Folder for event files; relative paths are under node.data_dir.")
+    enabled: bool = Field(
+        default=False, description="Write message lifecycle events for the pipeline."
+    )
+    path: RelativePath = Field(
+        default=Path("events"),
+        description="Folder for event files; relative paths are under node.data_dir.",
+    )
     format: Annotated[Literal["jsonl", "parquet"], choice("jsonl", "parquet")] = Field(
         default="jsonl", description="File format: jsonl (JSON Lines) or parquet."
     )
-    max_file_size: Size = Field(default=size("64MiB"), description="Roll to a new file past this size.")
-    max_files: int = Field(default=10, ge=1, description="Rolled files kept; older ones are deleted.")
+    max_file_size: Size = Field(
+        default=size("64MiB"), description="Roll to a new file past this size."
+    )
+    max_files: int = Field(
+        default=10, ge=1, description="Rolled files kept; older ones are deleted."
+    )
 
 
 class NodeConfig(Section):
-    name: NodeName = Field(default=defaults.DEFAULT_NODE_NAME, description="Routing node name, as in 'name::queue'; no '::'.")
-    data_dir: ConfigPath = Field(default=Path(defaults.DEFAULT_DATA_DIR), description="Durable store folder.")
-    persistence: bool = Field(default=True, description="Keep durable messages on disk; false = memory only.")
+    name: NodeName = Field(
+        default=defaults.DEFAULT_NODE_NAME,
+        description="Routing node name, as in 'name::queue'; no '::'.",
+    )
+    data_dir: ConfigPath = Field(
+        default=Path(defaults.DEFAULT_DATA_DIR), description="Durable store folder."
+    )
+    persistence: bool = Field(
+        default=True, description="Keep durable messages on disk; false = memory only."
+    )
     journal: JournalConfig = Field(default_factory=JournalConfig, description="Journal tuning.")
-    event_log: EventLogConfig = Field(default_factory=EventLogConfig, description="Lifecycle event log.")
-    id_cache_size: int = Field(default=20000, ge=0, description="Default duplicate-id cache size per address.")
-    wildcard_routing: bool = Field(default=True, description="Treat '*' and '#' in addresses as wildcards.")
-    message_expiry_scan_period: Duration = Field(default=duration("1s"), description="How often queues are scanned for expired messages.")
+    event_log: EventLogConfig = Field(
+        default_factory=EventLogConfig, description="Lifecycle event log."
+    )
+    id_cache_size: int = Field(
+        default=20000, ge=0, description="Default duplicate-id cache size per address."
+    )
+    wildcard_routing: bool = Field(
+        default=True, description="Treat '*' and '#' in addresses as wildcards."
+    )
+    message_expiry_scan_period: Duration = Field(
+        default=duration("1s"), description="How often queues are scanned for expired messages."
+    )
     log_level: Annotated[str, choice("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")] = Field(
         default="INFO", description="DEBUG, INFO, WARNING, ERROR or CRITICAL."
     )
@@ -87,6 +121,7 @@ class NodeConfig(Section):
 
 # --- the whole file ----------------------------------------------------------------------------
 
+
 class Config(Section):
     """A node's whole configuration (one TOML file)."""
 
@@ -96,16 +131,24 @@ class Config(Section):
         default_factory=list,
         description="Queues created at start.  Dead-letter and expiry addresses named in address_settings get a queue automatically.",
     )
-    topics: list[TopicConfig] = Field(default_factory=list, description="Multicast addresses created at start.")
+    topics: list[TopicConfig] = Field(
+        default_factory=list, description="Multicast addresses created at start."
+    )
     address_settings: dict[AddressPattern, AddressSettingsConfig] = Field(
         default_factory=dict,
         description='Per-pattern settings.  A built-in "#" entry (DLQ, ExpiryQueue, 10 attempts) applies unless the file declares "#".',
     )
-    diverts: list[DivertConfig] = Field(default_factory=list, description="Divert rules; loops are refused.")
+    diverts: list[DivertConfig] = Field(
+        default_factory=list, description="Divert rules; loops are refused."
+    )
     bridges: list[BridgeConfig] = Field(default_factory=list, description="Links to other nodes.")
     users: list[UserConfig] = Field(default_factory=list, description="Accounts.")
-    permissions: list[PermissionConfig] = Field(default_factory=list, description="Grants per address pattern.")
-    security: SecurityConfig = Field(default_factory=SecurityConfig, description="Security switches.")
+    permissions: list[PermissionConfig] = Field(
+        default_factory=list, description="Grants per address pattern."
+    )
+    security: SecurityConfig = Field(
+        default_factory=SecurityConfig, description="Security switches."
+    )
 
     _source: str | None = PrivateAttr(default=None)
 
@@ -115,10 +158,15 @@ class Config(Section):
         if not isinstance(data, dict):
             return data
         data = dict(data)
-        data.setdefault("node", {})  # validated with the context, so data_dir resolves against the file
+        data.setdefault(
+            "node", {}
+        )  # validated with the context, so data_dir resolves against the file
         settings = data.get("address_settings", {})
         if isinstance(settings, dict) and defaults.CATCH_ALL_PATTERN not in settings:
-            data["address_settings"] = {defaults.CATCH_ALL_PATTERN: dict(defaults.CATCH_ALL_SETTINGS), **settings}
+            data["address_settings"] = {
+                defaults.CATCH_ALL_PATTERN: dict(defaults.CATCH_ALL_SETTINGS),
+                **settings,
+            }
         security = data.get("security", {})
         if isinstance(security, dict) and "enabled" not in security and data.get("users"):
             data["security"] = {**security, "enabled": True}

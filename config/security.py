@@ -29,10 +29,13 @@ PERMISSIONS = (
 class UserConfig(Section):
     name: Name = Field(description="Login name, unique.")
     password: str | None = Field(
-        default=None, min_length=1, description="Plain-text password: allowed, but prefer password_hash."
+        default=None,
+        min_length=1,
+        description="Plain-text password: allowed, but prefer password_hash.",
     )
     password_hash: PasswordHashText | None = Field(
-        default=None, description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m config.passwords)."
+        default=None,
+        description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m config.passwords).",
     )
     roles: list[Name] = Field(default_factory=list, description="Roles granted to this user.")
 
@@ -50,12 +53,18 @@ class UserConfig(Section):
 
 
 class PermissionConfig(Section):
-    match: AddressPattern = Field(description="Address pattern these grants apply to (most specific wins).")
+    match: AddressPattern = Field(
+        description="Address pattern these grants apply to (most specific wins)."
+    )
     send: list[Name] = Field(default_factory=list, description="Roles that may send.")
     consume: list[Name] = Field(default_factory=list, description="Roles that may consume.")
     browse: list[Name] = Field(default_factory=list, description="Roles that may browse.")
-    create_durable_queue: list[Name] = Field(default_factory=list, description="Roles that may create durable queues.")
-    delete_durable_queue: list[Name] = Field(default_factory=list, description="Roles that may delete durable queues.")
+    create_durable_queue: list[Name] = Field(
+        default_factory=list, description="Roles that may create durable queues."
+    )
+    delete_durable_queue: list[Name] = Field(
+        default_factory=list, description="Roles that may delete durable queues."
+    )
     create_non_durable_queue: list[Name] = Field(
         default_factory=list, description="Roles that may create non-durable and temporary queues."
     )
@@ -77,10 +86,15 @@ class PermissionConfig(Section):
 
 class SecurityConfig(Section):
     enabled: bool = Field(
-        default=False, description="Check logins and permissions. Default: true when any [[users]] are declared."
+        default=False,
+        description="Check logins and permissions. Default: true when any [[users]] are declared.",
     )
-    allow_anonymous: bool = Field(default=False, description="Accept connections without credentials.")
-    anonymous_roles: list[Name] = Field(default_factory=list, description="Roles of anonymous connections.")
+    allow_anonymous: bool = Field(
+        default=False, description="Accept connections without credentials."
+    )
+    anonymous_roles: list[Name] = Field(
+        default_factory=list, description="Roles of anonymous connections."
+    )
 
 
 __all__ = ["PERMISSIONS", "PermissionConfig", "SecurityConfig", "UserConfig"]

@@ -61,17 +61,19 @@ def parse_duration(value: object) -> timedelta:
         return value
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ValueError(
-            f"expected a duration like \"500ms\", \"2s\", \"5m\" or a number of seconds, got {describe_value(value)}"
+            f'expected a duration like "500ms", "2s", "5m" or a number of seconds, got {describe_value(value)}'
         )
     if isinstance(value, int | float):
         if not math.isfinite(value) or value < 0:
-            raise ValueError(f"expected a duration of 0 or more seconds, got {describe_value(value)}")
+            raise ValueError(
+                f"expected a duration of 0 or more seconds, got {describe_value(value)}"
+            )
         total_ms = value * 1000.0
     else:
         text = value.strip().lower()
         if not _DURATION_WHOLE.fullmatch(text):
             raise ValueError(
-                f"expected a duration like \"500ms\", \"2s\", \"5m\", \"1h\" (units ms, s, m, h, d), got {value!r}"
+                f'expected a duration like "500ms", "2s", "5m", "1h" (units ms, s, m, h, d), got {value!r}'
             )
         total_ms = sum(float(n) * _DURATION_UNITS_MS[u] for n, u in _DURATION_PART.findall(text))
     if total_ms > _MAX_DURATION_MS:
@@ -90,8 +92,10 @@ def parse_size(value: object, *, allow_unlimited: bool = False) -> int:
         raise ValueError(f"expected a size {hint}, got {describe_value(value)}")
     if isinstance(value, int):
         if value < 0:
-            raise ValueError(f"a size cannot be negative, got {value}" + (
-                "; use -1 for unlimited" if allow_unlimited else ""))
+            raise ValueError(
+                f"a size cannot be negative, got {value}"
+                + ("; use -1 for unlimited" if allow_unlimited else "")
+            )
         return value
     match = _SIZE.fullmatch(value.strip().lower())
     if not match or (match.group(2) or "b") not in _SIZE_UNITS:

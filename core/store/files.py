@@ -42,7 +42,9 @@ class Layout:
         return sorted(self.directory.glob(f"{self.prefix}-*.{self.ext}.cmp"))
 
     def tmp_files(self) -> list[Path]:
-        return sorted(self.directory.glob(f"{self.prefix}*.tmp"))
+        found = [*self.directory.glob(f"{self.prefix}-*.tmp")]
+        found += self.directory.glob(f"{self.prefix}.compact.tmp")
+        return sorted(found)
 
     def free_index(self, path: Path) -> int | None:
         stem = path.name[len(self.prefix) + 1 : -len(self.ext) - 1]

@@ -51,7 +51,12 @@ _HDR_SIZE = BATCH_HDR.size
 
 
 class FileJournal:
-    """A ``Journal`` in ``directory``; call ``open()`` once, then write from one event loop."""
+    """A ``Journal`` in ``directory``; call ``open()`` once, then write from one event loop.
+
+    ``sync=False`` never calls fdatasync: a sync write is acknowledged once it reached the
+    OS, which survives ``kill -9`` but not a power cut.  One journal per directory (a lock
+    file enforces it).  ``close()`` must be awaited for a clean shutdown.
+    """
 
     def __init__(
         self,

@@ -58,7 +58,7 @@ def replay_file(
     applied = 0
     for start, end in found.batches:
         try:
-            ops = list(decode_ops(view[start:end]))
+            ops = decode_ops(view[start:end])
         except ValueError as exc:  # CRC-valid but undecodable: treat like damage
             found.damaged.append((start, end - start))
             log.error("journal file seq %d: undecodable batch at %d: %s", seq, start, exc)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -80,10 +80,6 @@ def encode_ops(ops: Iterable[Op]) -> bytes:
     return b"".join(parts)
 
 
-def op_size(op: Op) -> int:
-    return OP_PUT.size + len(op.data) if op.kind == PUT else OP_DEL.size
-
-
 def batch_crc(payload: bytes | memoryview, seq: int) -> int:
     """CRC32 of payload then (length, seq): the payload part can be computed before the
     batch is placed in a file."""
@@ -94,24 +90,36 @@ def frame(payload: bytes, seq: int) -> bytes:
     return BATCH_HDR.pack(BATCH_MAGIC, len(payload), seq, batch_crc(payload, seq)) + payload
 
 
-def decode_ops(payload: bytes | memoryview) -> Iterator[Op]:
-    """Ops of a payload whose CRC already checked out."""
+RawOp = tuple[int, int, int, bytes]
+
+
+def decode_ops(payload: bytes | memoryview) -> list[RawOp]:
+    """Ops (kind, rid, rtype, data) of a payload whose CRC already checked out; plain tuples
+    because recovery makes millions of them.  ValueError if malformed."""
+    ops: list[RawOp] = []
+    put_unpack, put_size, del_unpack, del_size = (
+        OP_PUT.unpack_from,
+        OP_PUT.size,
+        OP_DEL.unpack_from,
+        OP_DEL.size,
+    )
     pos, end = 0, len(payload)
     while pos < end:
         kind = payload[pos]
         if kind == PUT:
-            _, rid, rtype, n = OP_PUT.unpack_from(payload, pos)
-            pos += OP_PUT.size
-            yield Op(PUT, rid, rtype, bytes(payload[pos : pos + n]))
+            _, rid, rtype, n = put_unpack(payload, pos)
+            pos += put_size
+            ops.append((PUT, rid, rtype, bytes(payload[pos : pos + n])))
             pos += n
         elif kind == DELETE:
-            _, rid = OP_DEL.unpack_from(payload, pos)
-            pos += OP_DEL.size
-            yield Op(DELETE, rid)
+            _, rid = del_unpack(payload, pos)
+            pos += del_size
+            ops.append((DELETE, rid, 0, b""))
         else:
             raise ValueError(f"bad op kind {kind} at payload offset {pos}")
     if pos != end:
         raise ValueError("op overruns its batch")
+    return ops
 
 
 OK, STALE, ZERO, BAD = range(4)
@@ -171,8 +179,27 @@ def scan(buf: bytes, seq: int) -> Scan:
     "tail" damage when no valid batch of this file follows it, else "damaged" (a hole).
     """
     out = Scan()
-    pos = HEADER_SIZE
-    while pos < len(buf):
+    pos, size = HEADER_SIZE, len(buf)
+    view, unpack, hsize, crc32, lenseq = (
+        memoryview(buf),
+        BATCH_HDR.unpack_from,
+        20,
+        zlib.crc32,
+        LEN_SEQ.pack,
+    )
+    while pos < size:
+        if pos + hsize <= size:  # the common case inline: a valid batch of this file
+            magic, length, bseq, crc = unpack(buf, pos)
+            end = pos + hsize + length
+            if (
+                magic == BATCH_MAGIC
+                and bseq == seq
+                and end <= size
+                and crc32(lenseq(length, seq), crc32(view[pos + hsize : end])) == crc
+            ):
+                out.batches.append((pos + hsize, end))
+                pos = out.end = end
+                continue
         status, length = probe(buf, pos, seq)
         if status == OK:
             out.batches.append((pos + BATCH_HDR.size, pos + length))

@@ -37,6 +37,7 @@ __all__ = [
     "StompParser",
     "encode_frame",
     "encode_message",
+    "encode_receipt",
 ]
 
 HEARTBEAT_BYTES = b"\n"
@@ -487,6 +488,13 @@ def _cl_tail(body: bytes, content_length: bool | None) -> str | None:
     if (bool(body) if content_length is None else content_length) or b"\0" in body:
         return f"\ncontent-length:{len(body)}"
     return None
+
+
+def encode_receipt(receipt_id: str, version: str = "1.2") -> bytes:
+    """Fast path for RECEIPT frames (one per durable send in receipt-per-message workloads)."""
+    if ":" in receipt_id or "\n" in receipt_id or "\r" in receipt_id or "\\" in receipt_id:
+        return encode_frame("RECEIPT", {"receipt-id": receipt_id}, b"", version)
+    return b"RECEIPT\nreceipt-id:" + receipt_id.encode() + b"\n\n\x00"
 
 
 def encode_frame(

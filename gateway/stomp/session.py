@@ -22,7 +22,15 @@ from core.queue import MULTICAST
 from core.security import AuthenticationError, NotAuthorized, Permission, Principal
 from core.transaction import Transaction, TransactionError
 from gateway.link import Link
-from gateway.stomp.codec import Frame, Limits, StompError, StompParser, encode_frame, encode_message
+from gateway.stomp.codec import (
+    Frame,
+    Limits,
+    StompError,
+    StompParser,
+    encode_frame,
+    encode_message,
+    encode_receipt,
+)
 from gateway.stomp.destinations import format_destination, parse_destination
 
 log = logging.getLogger("waystation.stomp")
@@ -39,6 +47,10 @@ WINDOW_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-si
 # SEND headers that steer the send rather than travel with the message
 _CONTROL_HEADERS = frozenset(
     ("destination", "receipt", "transaction", "content-length", "persistent", "priority", "expires")
+)
+# headers that need work beyond being copied (checked only when one is present)
+_SEND_OPTIONS = frozenset(
+    ("priority", "expires", "AMQ_SCHEDULED_DELAY", "scheduled-delay", "JMSXGroupID")
 )
 _OWN_HEADERS = frozenset(
     (
@@ -203,7 +215,7 @@ class StompSession:
                 self.fail("store failure", str(tail.exception()), rid)
                 return
             self._tail = None
-            self._frame("RECEIPT", {"receipt-id": rid})
+            self._write(encode_receipt(rid, self.version))
             return
 
         def done(f: asyncio.Future[None]) -> None:
@@ -218,7 +230,7 @@ class StompSession:
             else:
                 if self._tail is f:
                     self._tail = None
-                self._frame("RECEIPT", {"receipt-id": rid})
+                self._write(encode_receipt(rid, self.version))
 
         tail.add_done_callback(done)
 
@@ -363,22 +375,29 @@ class StompSession:
                 self._destinations[dest] = hit
         address, routing = hit
         props: dict[str, PropertyValue] = {}
+        special: list[str] = []
         for k, v in h.items():
-            if k not in _CONTROL_HEADERS:
+            if k in _CONTROL_HEADERS:
+                if k in _SEND_OPTIONS:
+                    special.append(k)
+            else:
                 props[k] = v
-        if "JMSXGroupID" in props and GROUP_ID not in props:
-            props[GROUP_ID] = props["JMSXGroupID"]
+                if k in _SEND_OPTIONS:
+                    special.append(k)
         durable = h.get("persistent") == "true"
         priority = DEFAULT_PRIORITY
         expiration = 0
         scheduled = 0
-        if "priority" in h:
-            priority = _int_header(h, "priority", 0, 9)
-        if "expires" in h:
-            expiration = _int_header(h, "expires", 0, None)
-        delay = h.get("AMQ_SCHEDULED_DELAY") or h.get("scheduled-delay")
-        if delay is not None:
-            scheduled = now_ms() + _int_value("scheduled delay", delay)
+        if special:  # the rarely used steering headers
+            if "priority" in h:
+                priority = _int_header(h, "priority", 0, 9)
+            if "expires" in h:
+                expiration = _int_header(h, "expires", 0, None)
+            delay = h.get("AMQ_SCHEDULED_DELAY") or h.get("scheduled-delay")
+            if delay is not None:
+                scheduled = now_ms() + _int_value("scheduled delay", delay)
+            if "JMSXGroupID" in props and GROUP_ID not in props:
+                props[GROUP_ID] = props["JMSXGroupID"]
         msg = Message(
             self.engine.ids(),
             address,

@@ -36,6 +36,7 @@ def one_problem(text: str) -> str:
 
 # --- defaults and examples -----------------------------------------------------------------------
 
+
 def test_examples_exist_and_load_cleanly() -> None:
     names = {p.name for p in EXAMPLES}
     assert {"single-node.toml", "two-site-a.toml", "two-site-b.toml", "secure.toml"} <= names
@@ -74,7 +75,9 @@ def test_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert cfg.node.name == "waystation" and cfg.node.data_dir == tmp_path / "data"
     assert cfg.node.persistence and cfg.node.journal.file_size == 10 * 1024 * 1024
     assert cfg.node.event_log_dir == tmp_path / "data" / "events"
-    ports = {name: (a.endpoint.host, a.endpoint.port) for name, a in cfg.acceptors.enabled().items()}
+    ports = {
+        name: (a.endpoint.host, a.endpoint.port) for name, a in cfg.acceptors.enabled().items()
+    }
     assert ports == {
         "stomp": ("127.0.0.1", 61613),
         "http": ("127.0.0.1", 8161),
@@ -84,7 +87,9 @@ def test_embedded_default(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert all(a.endpoint.is_loopback for a in cfg.acceptors.enabled().values())
     assert [q.name for q in cfg.queues] == ["DLQ", "ExpiryQueue"]
     assert cfg.engine_address_settings() == {
-        "#": AddressSettings(dead_letter_address="DLQ", expiry_address="ExpiryQueue", max_delivery_attempts=10)
+        "#": AddressSettings(
+            dead_letter_address="DLQ", expiry_address="ExpiryQueue", max_delivery_attempts=10
+        )
     }
     assert not cfg.security.enabled and cfg.warnings() == []
 
@@ -119,6 +124,7 @@ def test_every_field_is_documented() -> None:
 
 
 # --- tables ----------------------------------------------------------------------------------------
+
 
 def test_acceptor_forms_and_tls(tmp_path: Path) -> None:
     cfg = parse_config(
@@ -182,7 +188,12 @@ def test_queues_and_topics() -> None:
         """
     )
     orders, prio, blank = cfg.queues[:3]
-    assert (orders.address, orders.routing, orders.durable, orders.max_consumers) == ("orders", "anycast", True, -1)
+    assert (orders.address, orders.routing, orders.durable, orders.max_consumers) == (
+        "orders",
+        "anycast",
+        True,
+        -1,
+    )
     assert (prio.address, prio.routing, prio.filter) == ("orders", "anycast", "JMSPriority > 6")
     assert blank.filter is None
     sub = cfg.topics[0].subscriptions[0]
@@ -217,7 +228,11 @@ def test_address_settings_convert_to_engine_types() -> None:
     assert orders.full_policy is FullPolicy.PAGE and orders.last_value_key == "symbol"
     assert orders.max_delivery_attempts is None  # inherited from "#" by the engine
     prices = engine["prices"]
-    assert (prices.expiry_delay_ms, prices.max_size_bytes, prices.full_policy) == (3_600_000, -1, FullPolicy.DROP)
+    assert (prices.expiry_delay_ms, prices.max_size_bytes, prices.full_policy) == (
+        3_600_000,
+        -1,
+        FullPolicy.DROP,
+    )
     assert [q.name for q in cfg.queues] == ["DLQ", "ExpiryQueue", "orders.dlq"]
 
 
@@ -295,12 +310,21 @@ def test_bridges() -> None:
         ("http", 8080, "/tunnel"),
     ]
     proxy = b.proxy_endpoint()
-    assert proxy is not None and (proxy.username, proxy.password, proxy.port) == ("me", "p@ss", 3128)
-    assert b.retry_interval == timedelta(milliseconds=100) and b.max_retry_interval == timedelta(seconds=1)
+    assert proxy is not None and (proxy.username, proxy.password, proxy.port) == (
+        "me",
+        "p@ss",
+        3128,
+    )
+    assert b.retry_interval == timedelta(milliseconds=100) and b.max_retry_interval == timedelta(
+        seconds=1
+    )
     assert (b.retry_multiplier, b.reconnect_attempts, b.confirmation_window) == (2.0, -1, 1000)
     assert b.duplicate_detection and b.routing_timeout == timedelta(hours=1)
     assert (b.heartbeat, b.liveness_timeout, b.in_doubt_timeout) == (
-        timedelta(seconds=10), timedelta(seconds=30), timedelta(minutes=5))
+        timedelta(seconds=10),
+        timedelta(seconds=30),
+        timedelta(minutes=5),
+    )
     assert (rabbit.queue, rabbit.forwarding_address, rabbit.foreign) == ("outbox", "inbox", "stomp")
 
 
@@ -342,15 +366,20 @@ def test_bridge_cross_checks() -> None:
         """
     )
     assert any("[[bridges]][0].remote_node: 'a' is this node's own name" in p for p in found)
-    assert any("[[bridges]][1].queue: queue 'nope' is not declared in [[queues]]" in p for p in found)
+    assert any(
+        "[[bridges]][1].queue: queue 'nope' is not declared in [[queues]]" in p for p in found
+    )
 
 
 def test_divert_to_unbridged_node_warns() -> None:
     cfg = parse_config('[[diverts]]\nname = "d"\naddress = "a"\ntarget = "far::a"\n')
-    assert cfg.warnings() == ["<string>: [[diverts]][0].target: no [[bridges]] entry for node 'far': messages will wait in 'sf.far'"]
+    assert cfg.warnings() == [
+        "<string>: [[diverts]][0].target: no [[bridges]] entry for node 'far': messages will wait in 'sf.far'"
+    ]
 
 
 # --- security -------------------------------------------------------------------------------------
+
 
 def test_passwords_hash_and_verify() -> None:
     assert verify_password("s3cret", FAST_HASH)
@@ -358,7 +387,9 @@ def test_passwords_hash_and_verify() -> None:
     assert not verify_password("s3cret", "plain-text")
     assert parse_hash(FAST_HASH).iterations == 1000
     assert hash_password("x", iterations=1000) != hash_password("x", iterations=1000)  # salted
-    assert hash_password("x", iterations=1000, salt=b"0" * 16) == hash_password("x", iterations=1000, salt=b"0" * 16)
+    assert hash_password("x", iterations=1000, salt=b"0" * 16) == hash_password(
+        "x", iterations=1000, salt=b"0" * 16
+    )
     for bad in ("pbkdf2_sha256$10$AA==$AA==", "md5$1000$AA==$AA==", "pbkdf2_sha256$1000$!!$AA=="):
         with pytest.raises(ValueError):
             parse_hash(bad)
@@ -390,7 +421,9 @@ def test_users_permissions_and_security_default() -> None:
     assert cfg.warnings() == [
         "<string>: [[users]][1].password: plain-text password; prefer password_hash (python -m config.passwords)"
     ]
-    off = parse_config(f'[security]\nenabled = false\n[[users]]\nname = "a"\npassword_hash = "{FAST_HASH}"\n')
+    off = parse_config(
+        f'[security]\nenabled = false\n[[users]]\nname = "a"\npassword_hash = "{FAST_HASH}"\n'
+    )
     assert not off.security.enabled
 
 
@@ -401,12 +434,17 @@ def test_security_errors() -> None:
     assert "[[users]][0].password_hash: expected a hash of the form" in one_problem(
         '[[users]]\nname = "a"\npassword_hash = "$argon2id$v=19$..."\n'
     )
-    assert "security.enabled: security is on but there are no [[users]]" in one_problem("[security]\nenabled = true\n")
-    parse_config("[security]\nenabled = true\nallow_anonymous = true\nanonymous_roles = ['guest']\n"
-                 "[[permissions]]\nmatch = '#'\nsend = ['guest']\n")
+    assert "security.enabled: security is on but there are no [[users]]" in one_problem(
+        "[security]\nenabled = true\n"
+    )
+    parse_config(
+        "[security]\nenabled = true\nallow_anonymous = true\nanonymous_roles = ['guest']\n"
+        "[[permissions]]\nmatch = '#'\nsend = ['guest']\n"
+    )
 
 
 # --- environment substitution ----------------------------------------------------------------------
+
 
 def test_environment_substitution() -> None:
     text = """
@@ -422,21 +460,37 @@ def test_environment_substitution() -> None:
     assert cfg.node.name == "fallback" and cfg.acceptors.stomp.endpoint.port == 1234
     assert cfg.users[0].password == "${literal}"
     found = problems(text, env={})
-    assert found == ["site.toml: acceptors.stomp: environment variable 'PORT' is not set (write ${PORT:default} for a fallback)"]
+    assert found == [
+        "site.toml: acceptors.stomp: environment variable 'PORT' is not set (write ${PORT:default} for a fallback)"
+    ]
 
 
 # --- units -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     ("text", "ms"),
-    [("500ms", 500), ("2s", 2000), ("5m", 300_000), ("1h", 3_600_000), ("1d", 86_400_000),
-     ("1m30s", 90_000), ("1.5s", 1500), (2, 2000), (0.25, 250), (0, 0), ("0s", 0)],
+    [
+        ("500ms", 500),
+        ("2s", 2000),
+        ("5m", 300_000),
+        ("1h", 3_600_000),
+        ("1d", 86_400_000),
+        ("1m30s", 90_000),
+        ("1.5s", 1500),
+        (2, 2000),
+        (0.25, 250),
+        (0, 0),
+        ("0s", 0),
+    ],
 )
 def test_parse_duration(text: object, ms: int) -> None:
     assert to_ms(parse_duration(text)) == ms
 
 
-@pytest.mark.parametrize("bad", ["5", "5 parsecs", "-1s", -1, True, "", "ms", float("nan"), "99999999d"])
+@pytest.mark.parametrize(
+    "bad", ["5", "5 parsecs", "-1s", -1, True, "", "ms", float("nan"), "99999999d"]
+)
 def test_parse_duration_refuses(bad: object) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
@@ -444,15 +498,25 @@ def test_parse_duration_refuses(bad: object) -> None:
 
 @pytest.mark.parametrize(
     ("text", "size"),
-    [("64MiB", 64 * 1024**2), ("10MB", 10_000_000), ("512KiB", 524_288), ("1GiB", 1024**3),
-     ("100B", 100), (4096, 4096), ("1.5KiB", 1536), ("2 kb", 2000)],
+    [
+        ("64MiB", 64 * 1024**2),
+        ("10MB", 10_000_000),
+        ("512KiB", 524_288),
+        ("1GiB", 1024**3),
+        ("100B", 100),
+        (4096, 4096),
+        ("1.5KiB", 1536),
+        ("2 kb", 2000),
+    ],
 )
 def test_parse_size(text: object, size: int) -> None:
     assert parse_size(text) == size
 
 
 def test_parse_size_unlimited_and_refusals() -> None:
-    assert parse_size(-1, allow_unlimited=True) == -1 == parse_size("unlimited", allow_unlimited=True)
+    assert (
+        parse_size(-1, allow_unlimited=True) == -1 == parse_size("unlimited", allow_unlimited=True)
+    )
     for bad in (-1, "-1", "12XB", "1.3B", True, 1.5):
         with pytest.raises(ValueError):
             parse_size(bad)
@@ -468,32 +532,45 @@ def test_format_round_trips() -> None:
 
 # --- broken configs: the message names file, key and problem ---------------------------------------
 
+
 def test_invalid_toml_gives_line() -> None:
     msg = one_problem('[node]\nname = "a"\n\n[acceptors\nstomp = 1\n')
     assert msg.startswith("site.toml line 4: invalid TOML: ")
 
 
 def test_unknown_key_top_level_and_nested() -> None:
-    assert one_problem('acceptor = "x"\n') == "site.toml: unknown key 'acceptor' (did you mean 'acceptors'?) (line 1)"
-    assert one_problem("[acceptors.stomp]\nstmp = 1\n") == "site.toml: acceptors.stomp: unknown key 'stmp' (line 2)"
-    assert one_problem('[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\nexlusive = true\n') == (
-        "site.toml: [[diverts]][0]: unknown key 'exlusive' (did you mean 'exclusive'?) (line 5)"
+    assert (
+        one_problem('acceptor = "x"\n')
+        == "site.toml: unknown key 'acceptor' (did you mean 'acceptors'?) (line 1)"
     )
+    assert (
+        one_problem("[acceptors.stomp]\nstmp = 1\n")
+        == "site.toml: acceptors.stomp: unknown key 'stmp' (line 2)"
+    )
+    assert one_problem(
+        '[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\nexlusive = true\n'
+    ) == ("site.toml: [[diverts]][0]: unknown key 'exlusive' (did you mean 'exclusive'?) (line 5)")
 
 
 def test_wrong_type() -> None:
     assert one_problem('[[queues]]\nname = "q"\ndurable = "yes"\n') == (
         "site.toml: [[queues]][0].durable: expected true or false, got 'yes' (line 3)"
     )
-    assert "node.id_cache_size: expected an integer, got '10'" in one_problem('[node]\nid_cache_size = "10"\n')
+    assert "node.id_cache_size: expected an integer, got '10'" in one_problem(
+        '[node]\nid_cache_size = "10"\n'
+    )
     assert one_problem('[queues]\nname = "q"\n') == (
         "site.toml: queues: expected an array of tables, got a table (write [[queues]] for each entry) (line 1)"
     )
 
 
 def test_bad_filter() -> None:
-    msg = one_problem('[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\nfilter = "region == \'EU\'"\n')
-    assert msg.startswith("site.toml: [[diverts]][0].filter: filter syntax error at position 8 near '='")
+    msg = one_problem(
+        '[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\nfilter = "region == \'EU\'"\n'
+    )
+    assert msg.startswith(
+        "site.toml: [[diverts]][0].filter: filter syntax error at position 8 near '='"
+    )
     assert msg.endswith("(line 5)")
 
 
@@ -502,7 +579,10 @@ def test_divert_loops() -> None:
         '[[diverts]]\nname = "d1"\naddress = "a"\ntarget = "b"\n'
         '[[diverts]]\nname = "d2"\naddress = "b"\ntarget = "a"\n'
     )
-    assert msg == "site.toml: [[diverts]][0].target: divert loop: a -> b -> a via diverts d1, d2 (line 4)"
+    assert (
+        msg
+        == "site.toml: [[diverts]][0].target: divert loop: a -> b -> a via diverts d1, d2 (line 4)"
+    )
     assert "divert loop: orders.# -> orders.copy via divert self" in one_problem(
         '[[diverts]]\nname = "self"\naddress = "orders.#"\ntarget = "orders.copy"\n'
     )
@@ -527,13 +607,21 @@ def test_bad_urls() -> None:
         """
     )
     text = "\n".join(found)
-    assert "acceptors.stomp.url: URL 'tcp://127.0.0.1:99999' has an invalid port (expected 0-65535)" in text
+    assert (
+        "acceptors.stomp.url: URL 'tcp://127.0.0.1:99999' has an invalid port (expected 0-65535)"
+        in text
+    )
     assert "acceptors.http.url: URL scheme must be one of http, https, got 'ftp'" in text
     assert "acceptors.amqp.url: URL 'tcp://:5672' has no host" in text
-    assert "acceptors.mqtt.url: expected a URL like 'tcp://127.0.0.1:61613', got '127.0.0.1:1883'" in text
+    assert (
+        "acceptors.mqtt.url: expected a URL like 'tcp://127.0.0.1:61613', got '127.0.0.1:1883'"
+        in text
+    )
     assert "[[bridges]][0].urls[0]: URL 'tcp://host' has no port" in text
     assert "[[bridges]][0].proxy: URL scheme must be one of http, got 'socks5'" in text
-    assert "[[bridges]][0].urls: must not be empty" in one_problem('[[bridges]]\nname = "b"\nremote_node = "x"\nurls = []\n')
+    assert "[[bridges]][0].urls: must not be empty" in one_problem(
+        '[[bridges]]\nname = "b"\nremote_node = "x"\nurls = []\n'
+    )
 
 
 def test_bad_duration_and_size() -> None:
@@ -551,21 +639,34 @@ def test_bad_duration_and_size() -> None:
 
 
 def test_bad_names_and_patterns() -> None:
-    found = "\n".join(problems(
-        '[node]\nname = "a::b"\n[address_settings."bad..x"]\n[[queues]]\nname = "q.*"\n'
-        '[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\ntransformer = "not a path"\n'
-    ))
+    found = "\n".join(
+        problems(
+            '[node]\nname = "a::b"\n[address_settings."bad..x"]\n[[queues]]\nname = "q.*"\n'
+            '[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\ntransformer = "not a path"\n'
+        )
+    )
     assert "node.name: a node name must not contain '::', got 'a::b'" in found
-    assert 'address_settings."bad..x": invalid key: address name \'bad..x\' has an empty word' in found
+    assert (
+        "address_settings.\"bad..x\": invalid key: address name 'bad..x' has an empty word" in found
+    )
     assert "[[queues]][0].name: 'q.*' contains a wildcard" in found
-    assert "[[diverts]][0].transformer: expected a Python path like 'package.module:function'" in found
+    assert (
+        "[[diverts]][0].transformer: expected a Python path like 'package.module:function'" in found
+    )
 
 
 def test_duplicate_names() -> None:
-    msg = one_problem('[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\n'
-                      '[[diverts]]\nname = "d"\naddress = "c"\ntarget = "e"\n')
-    assert msg == "site.toml: [[diverts]][1].name: duplicate name 'd' (first used at [[diverts]][0]) (line 6)"
-    assert "[[queues]][1].name: duplicate name 'q'" in one_problem('[[queues]]\nname = "q"\n[[queues]]\nname = "q"\n')
+    msg = one_problem(
+        '[[diverts]]\nname = "d"\naddress = "a"\ntarget = "b"\n'
+        '[[diverts]]\nname = "d"\naddress = "c"\ntarget = "e"\n'
+    )
+    assert (
+        msg
+        == "site.toml: [[diverts]][1].name: duplicate name 'd' (first used at [[diverts]][0]) (line 6)"
+    )
+    assert "[[queues]][1].name: duplicate name 'q'" in one_problem(
+        '[[queues]]\nname = "q"\n[[queues]]\nname = "q"\n'
+    )
 
 
 def test_unknown_role() -> None:
@@ -573,12 +674,16 @@ def test_unknown_role() -> None:
         f'[[users]]\nname = "a"\npassword_hash = "{FAST_HASH}"\nroles = ["producer"]\n'
         '[[permissions]]\nmatch = "orders.#"\nsend = ["producer"]\nconsume = ["ghost"]\n'
     )
-    assert msg == ("site.toml: [[permissions]][0].consume[0]: unknown role 'ghost': no user has it "
-                   "(known roles: producer) (line 8)")
+    assert msg == (
+        "site.toml: [[permissions]][0].consume[0]: unknown role 'ghost': no user has it "
+        "(known roles: producer) (line 8)"
+    )
 
 
 def test_missing_key_and_all_problems_at_once() -> None:
-    found = problems('[[queues]]\ndurable = true\n[[topics]]\nname = 1\n[node]\nlog_level = "LOUD"\n')
+    found = problems(
+        '[[queues]]\ndurable = true\n[[topics]]\nname = 1\n[node]\nlog_level = "LOUD"\n'
+    )
     assert found == [
         "site.toml: node.log_level: expected one of DEBUG, INFO, WARNING, ERROR, CRITICAL, got 'LOUD' (line 6)",
         "site.toml: [[queues]][0]: missing required key 'name' (line 1)",
@@ -596,10 +701,17 @@ def test_unreadable_file(tmp_path: Path) -> None:
 
 # --- helpers ----------------------------------------------------------------------------------------
 
+
 def test_format_loc_and_key_lines() -> None:
     assert format_loc(("diverts", 0, "filter")) == "[[diverts]][0].filter"
-    assert format_loc(("address_settings", "orders.#", "full_policy")) == 'address_settings."orders.#".full_policy'
-    assert format_loc(("topics", 1, "subscriptions", 0, "name")) == "[[topics]][1].subscriptions[0].name"
+    assert (
+        format_loc(("address_settings", "orders.#", "full_policy"))
+        == 'address_settings."orders.#".full_policy'
+    )
+    assert (
+        format_loc(("topics", 1, "subscriptions", 0, "name"))
+        == "[[topics]][1].subscriptions[0].name"
+    )
     lines = key_lines(
         '[node]\nname = "a"\n[[topics]]\nname = "t"\n[[topics]]\nname = "u"\n'
         '[[topics.subscriptions]]\nname = "s"\n[address_settings."x.#"]\nfull_policy = "PAGE"\n'

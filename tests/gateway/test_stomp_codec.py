@@ -489,3 +489,13 @@ def test_big_frames_in_any_chunking_match_one_shot(size: int) -> None:
     whole = feed_all(parser(), [stream])
     assert [f.command for f in frames(whole)] == ["SEND", "SEND", "CONNECT", "MESSAGE"]
     assert feed_all(parser(), [stream[i : i + size] for i in range(0, len(stream), size)]) == whole
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
+@pytest.mark.parametrize("rid", ["1", "r-77", "a:b", "line\nbreak", "back\\slash", "ünï"])
+def test_encode_receipt_matches_encode_frame(version, rid):
+    from gateway.stomp.codec import encode_receipt
+
+    assert encode_receipt(rid, version) == encode_frame(
+        "RECEIPT", {"receipt-id": rid}, b"", version
+    )
