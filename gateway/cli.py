@@ -39,9 +39,13 @@ def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
 
 
 async def _serve(cfg) -> int:  # noqa: ANN001
-    from gateway.node import Node
+    from gateway.node import Node, NodeError
 
-    node = Node(cfg)
+    try:
+        node = Node(cfg)
+    except NodeError as e:
+        print(f"waystation: cannot start: {e}", file=sys.stderr)
+        return 2
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,10 @@ if TYPE_CHECKING:
     from config.schema import Config
 
 log = logging.getLogger("waystation.node")
+
+
+class NodeError(Exception):
+    """The config is valid but asks for something this node cannot do."""
 
 
 def engine_config(cfg: Config) -> EngineConfig:
@@ -70,6 +75,18 @@ def security_manager(cfg: Config) -> SecurityManager:
     )
 
 
+def server_tls(tls: Any) -> ssl.SSLContext | None:
+    """An SSL context for a listener's ``tls`` table (None when the table is absent)."""
+    if tls is None:
+        return None
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(str(tls.cert), str(tls.key))
+    if tls.ca is not None:
+        ctx.load_verify_locations(str(tls.ca))
+        ctx.verify_mode = ssl.CERT_REQUIRED if tls.require_client_cert else ssl.CERT_OPTIONAL
+    return ctx
+
+
 def _ms(td: Any) -> int:
     return int(td.total_seconds() * 1000)
 
@@ -91,6 +108,10 @@ class Node:
             )
         events: EventSink | None = None
         ev = cfg.node.event_log
+        if ev.enabled and ev.format != "jsonl":
+            raise NodeError(
+                f'node.event_log.format: {ev.format!r} is not supported yet; use "jsonl"'
+            )
         if ev.enabled:
             events = JsonlEventLog(
                 cfg.node.event_log_dir,
@@ -121,12 +142,19 @@ class Node:
                 heartbeat_min_ms=_ms(st.heartbeat_min),
                 connection_ttl=st.connection_ttl.total_seconds(),
             )
-            server = StompServer(self.engine, ep.host, ep.port, options)
+            server = StompServer(self.engine, ep.host, ep.port, options, server_tls(st.tls))
             await server.start()
             self.servers.append(server)
         for name in ("http", "amqp", "mqtt"):
             if getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
+        for b in self.cfg.bridges:
+            log.warning(
+                "bridge %s: bridges are not available in this version; messages for node %s wait in %s",
+                b.name,
+                b.remote_node,
+                b.queue,
+            )
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
 
     def ports(self) -> dict[str, int]:

@@ -94,6 +94,7 @@ class FileJournal:
         self._batches = 0
         self._bytes = 0
         self._compactions = 0
+        self._kick_scheduled = False
 
     # ---- Journal protocol
     def open(self) -> Recovered:
@@ -173,8 +174,13 @@ class FileJournal:
                 w.futs.append(fut)
                 w.want_sync = True
             if w.idle:
-                w.idle = False
-                w.cond.notify()
+                if fut is None:
+                    w.idle = False
+                    w.cond.notify()
+                elif not self._kick_scheduled:
+                    # at the end of this loop turn every sync write of the turn is one group
+                    self._kick_scheduled = True
+                    loop.call_soon(self._kick)
         fi = self._cur
         fi.used += n
         if single:
@@ -189,6 +195,18 @@ class FileJournal:
         self._batches += 1
         self._bytes += n
         return fut
+
+    def _kick(self) -> None:
+        """Write this loop turn's group: inline when the writer thread is idle (no thread
+        wake-ups), otherwise by waking the thread."""
+        self._kick_scheduled = False
+        w = self._w
+        if w is None or w.run_inline():
+            return
+        with w.lock:
+            if w.idle and (w.pending or w.futs):
+                w.idle = False
+                w.cond.notify()
 
     async def flush(self) -> None:
         w = self._w

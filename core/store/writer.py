@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,9 @@ from core.store.files import Layout
 from core.store.segment import KIND_DATA, KIND_FREE, TRAILER, pack_file_header
 
 log = logging.getLogger(__name__)
+
+# fsyncs slower than this (a busy or slow disk) are never done on the event loop thread
+INLINE_SYNC_LIMIT = 0.001
 
 
 @dataclass(slots=True)
@@ -104,6 +108,7 @@ class Writer:
         self.dirty: set[int] = set()
         self.fsyncs = 0
         self.groups = 0
+        self.sync_ewma = 0.0  # seconds an fdatasync takes lately
         self.replenish = False  # a rollover used a spare: make the next one ahead of time
         if current is not None:
             seq, cap = current
@@ -123,6 +128,33 @@ class Writer:
         self._thread.join()
         if self._compactor is not None:
             self._compactor.join()
+
+    def run_inline(self) -> bool:
+        """Event loop thread: write and sync what is pending here, sparing two thread
+        wake-ups per group.  Only while the writer thread is idle, the group holds nothing
+        but data, and recent fsyncs were quick; returns False to leave it to the thread."""
+        with self.cond:
+            if not self.idle or self.closing or self.error is not None:
+                return False
+            if not self.pending and not self.futs:
+                return True
+            if self.sync_ewma > INLINE_SYNC_LIMIT or not all(type(i) is Data for i in self.pending):
+                return False
+            items, self.pending, self.tail = self.pending, [], None
+            futs, self.futs = self.futs, []
+            want_sync, self.want_sync = self.want_sync, False
+            err: StoreError | None = None
+            try:
+                for item in items:
+                    self._write(item)  # type: ignore[arg-type]
+                if want_sync and self.sync:
+                    self._sync_dirty()
+            except Exception as exc:
+                err = self.error = StoreError(f"journal write failed: {exc}")
+                log.error("journal disabled: %r", exc)
+            self.groups += 1
+        _settle(futs, err)
+        return True
 
     # ---- writer thread
     def _run(self) -> None:
@@ -186,7 +218,9 @@ class Writer:
 
     def _sync_dirty(self) -> None:
         for seq in sorted(self.dirty):
+            t0 = time.monotonic()
             os.fdatasync(self.fds[seq])
+            self.sync_ewma = 0.8 * self.sync_ewma + 0.2 * (time.monotonic() - t0)
             self.fsyncs += 1
         self.dirty.clear()
 

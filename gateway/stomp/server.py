@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 
 from core.engine import Engine
 from gateway.stomp.session import StompOptions, StompSession
 
 log = logging.getLogger("waystation.stomp")
+
+FLUSH_AT = 64 * 1024  # bytes buffered before a write is flushed without waiting for the loop
 
 
 class StompProtocol(asyncio.Protocol):
@@ -25,6 +28,7 @@ class StompProtocol(asyncio.Protocol):
         self.session: StompSession | None = None
         self.peer = "?"
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self._closing = False
 
@@ -61,6 +65,12 @@ class StompProtocol(asyncio.Protocol):
     # -- Link ----------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes > FLUSH_AT:
+            # hand a big batch to the transport now: if its buffer is full it calls
+            # pause_writing at once, which pauses our consumers mid-dispatch
+            self._flush()
+            return
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
@@ -71,6 +81,7 @@ class StompProtocol(asyncio.Protocol):
         if not out or self.transport is None:
             return
         self._out = []
+        self._out_bytes = 0
         if not self.transport.is_closing():
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
         if self._closing:
@@ -95,11 +106,19 @@ class StompProtocol(asyncio.Protocol):
 
 
 class StompServer:
-    def __init__(self, engine: Engine, host: str, port: int, options: StompOptions) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        host: str,
+        port: int,
+        options: StompOptions,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.engine = engine
         self.host = host
         self.port = port
         self.options = options
+        self.tls = tls
         self.connections: set[StompProtocol] = set()
         self.server: asyncio.Server | None = None
 
@@ -111,8 +130,10 @@ class StompServer:
             self.port,
             reuse_address=True,
             backlog=1024,
+            ssl=self.tls,
         )
-        log.info("STOMP listening on %s:%d", self.host, self.port)
+        scheme = "tls" if self.tls else "tcp"
+        log.info("STOMP listening on %s://%s:%d", scheme, self.host, self.port)
 
     async def stop(self) -> None:
         if self.server is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 
 import pytest
@@ -240,3 +241,32 @@ def test_priority_and_expiry_headers(node):
     assert [m.body for m in msgs] == ["high", "low"]
     assert msgs[0].headers["priority"] == "9"
     conn.disconnect()
+
+
+def test_a_consumer_that_does_not_read_does_not_swallow_the_queue(node):
+    """Flow control for ack:auto: the server stops dispatching to a consumer whose socket is
+    full, so its backlog stays in the queue for others (and out of the server's memory)."""
+    from nodekit import RawStomp
+
+    q = unique()
+    stuck = RawStomp(node.stomp_port)
+    stuck.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    assert stuck.connect().startswith(b"CONNECTED")
+    stuck.send(
+        f"SUBSCRIBE\nid:1\ndestination:/queue/{q}\nack:auto\nreceipt:s\n\n".encode() + b"\x00"
+    )
+    assert stuck.read_frame().startswith(b"RECEIPT")  # and never read again
+    n, body = 4000, "x" * 4096
+    prod, plst = connect(node.stomp_port)
+    for i in range(n):
+        prod.send(f"/queue/{q}", body, headers={"receipt": f"r{i}"} if i == n - 1 else {})
+    plst.wait_receipt(f"r{n - 1}", timeout=30)
+    fast, flst = connect(node.stomp_port)
+    fast.subscribe(f"/queue/{q}", id="f")
+    time.sleep(2)
+    got = len(flst.messages)
+    # the stuck consumer can hold its socket buffers' worth (a few MB) but not the 16 MB
+    assert got > n // 2, f"the fast consumer only got {got} of {n}"
+    stuck.close()
+    prod.disconnect()
+    fast.disconnect()
