@@ -428,17 +428,19 @@ class PostOffice:
             for old in cache.add(dup, rid):
                 ops.append(delete(old))
             ops.append(self.persistence.duplicate_op(rid, address, dup))
-        s = self.settings(address)
-        if msg.expiration == 0 and s.expiry_delay_ms > 0:
-            msg.expiration = now_ms() + s.expiry_delay_ms
-        if (
-            s.max_size_bytes >= 0
-            and s.full_policy is FullPolicy.DROP
-            and self.usage(address).memory_bytes >= s.max_size_bytes
-        ):
-            if self.events is not None:
-                self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
-            return False
+        repo = self.repo
+        if repo.has_expiry_delays() or repo.has_size_limits():  # skipped in the common case
+            s = self.settings(address)
+            if msg.expiration == 0 and s.expiry_delay_ms > 0:
+                msg.expiration = now_ms() + s.expiry_delay_ms
+            if (
+                s.max_size_bytes >= 0
+                and s.full_policy is FullPolicy.DROP
+                and self.usage(address).memory_bytes >= s.max_size_bytes
+            ):
+                if self.events is not None:
+                    self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
+                return False
         if self.events is not None:
             self.events.emit("accepted", msg.id, address, msg.size(), durable=msg.durable)
         sync = False

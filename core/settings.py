@@ -108,21 +108,25 @@ class SettingsRepository:
     def __init__(self, patterns: dict[str, AddressSettings] | None = None) -> None:
         self._patterns: dict[str, AddressSettings] = dict(patterns or {})
         self._cache: dict[str, Resolved] = {}
-        self._limits = self._any_limits()
+        self._refresh_flags()
 
     def set(self, pattern: str, settings: AddressSettings) -> None:
         self._patterns[pattern] = settings
         self._cache.clear()
-        self._limits = self._any_limits()
+        self._refresh_flags()
 
     def has_size_limits(self) -> bool:
         """Whether any pattern sets a size limit (when none does, full-policy checks are skipped)."""
         return self._limits
 
-    def _any_limits(self) -> bool:
-        return any(
-            p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in self._patterns.values()
-        )
+    def has_expiry_delays(self) -> bool:
+        """Whether any pattern gives messages a default expiry."""
+        return self._expiry_delays
+
+    def _refresh_flags(self) -> None:
+        pats = self._patterns.values()
+        self._limits = any(p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in pats)
+        self._expiry_delays = any(p.expiry_delay_ms is not None and p.expiry_delay_ms > 0 for p in pats)
 
     def patterns(self) -> dict[str, AddressSettings]:
         return dict(self._patterns)

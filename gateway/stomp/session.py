@@ -82,7 +82,7 @@ class StompOptions:
 
 
 class _Sub:
-    __slots__ = ("id", "destination", "routing", "ack", "sub", "durable_name", "prefix_routing")
+    __slots__ = ("id", "destination", "routing", "ack", "sub", "durable_name", "last_address", "last_dest")
 
     def __init__(
         self,
@@ -99,6 +99,8 @@ class _Sub:
         self.ack = ack
         self.sub = sub
         self.durable_name = durable_name
+        self.last_address = ""  # the destination header of the last delivery, reused
+        self.last_dest = destination
 
 
 class StompSession:
@@ -120,6 +122,8 @@ class StompSession:
         self._tail: asyncio.Future[None] | None = None  # last durable write not yet confirmed
         self._last_read = time.monotonic()
         self._last_write = time.monotonic()
+        self._read = False
+        self._wrote = False
         self._hb_handle: asyncio.TimerHandle | None = None
         self._send_every = 0.0
         self._expect_every = 0.0
@@ -132,7 +136,7 @@ class StompSession:
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        self._last_read = time.monotonic()
+        self._read = True
         try:
             events = self.parser.feed(data)
             while events:
@@ -196,7 +200,7 @@ class StompSession:
 
     # -- output ---------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
-        self._last_write = time.monotonic()
+        self._wrote = True  # the heart-beat timer reads and clears it: no clock call per frame
         self.link.write(data)
 
     def _frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
@@ -345,6 +349,12 @@ class StompSession:
         if self.closed:
             return
         now = time.monotonic()
+        if self._read:
+            self._read = False
+            self._last_read = now
+        if self._wrote:
+            self._wrote = False
+            self._last_write = now
         limit = self._expect_every * (1.0 if self._ttl_only else self.options.heartbeat_grace)
         if self._expect_every and now - self._last_read > limit:
             what = "connection TTL expired" if self._ttl_only else "no heart-beat"
@@ -519,7 +529,12 @@ class StompSession:
                 self.pending_acks[ack_id] = (s, d.tag)
             else:
                 self.pending_acks[mid] = (s, d.tag)
-        dest = format_destination(msg.address, s.routing) if s.routing else s.destination
+        address = msg.address
+        if address == s.last_address:
+            dest = s.last_dest
+        else:
+            dest = format_destination(address, s.routing) if s.routing else s.destination
+            s.last_address, s.last_dest = address, dest
         self._write(encode_message(dest, mid, s.id, msg.body, extra, ack_id, self.version))
 
     # -- ACK / NACK ------------------------------------------------------------------------
