@@ -126,7 +126,9 @@ class SettingsRepository:
     def _refresh_flags(self) -> None:
         pats = self._patterns.values()
         self._limits = any(p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in pats)
-        self._expiry_delays = any(p.expiry_delay_ms is not None and p.expiry_delay_ms > 0 for p in pats)
+        self._expiry_delays = any(
+            p.expiry_delay_ms is not None and p.expiry_delay_ms > 0 for p in pats
+        )
 
     def patterns(self) -> dict[str, AddressSettings]:
         return dict(self._patterns)

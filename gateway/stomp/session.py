@@ -82,7 +82,16 @@ class StompOptions:
 
 
 class _Sub:
-    __slots__ = ("id", "destination", "routing", "ack", "sub", "durable_name", "last_address", "last_dest")
+    __slots__ = (
+        "id",
+        "destination",
+        "routing",
+        "ack",
+        "sub",
+        "durable_name",
+        "last_address",
+        "last_dest",
+    )
 
     def __init__(
         self,
@@ -124,6 +133,7 @@ class StompSession:
         self._last_write = time.monotonic()
         self._read = False
         self._wrote = False
+        self._last_tick = time.monotonic()
         self._hb_handle: asyncio.TimerHandle | None = None
         self._send_every = 0.0
         self._expect_every = 0.0
@@ -352,9 +362,10 @@ class StompSession:
         if self._read:
             self._read = False
             self._last_read = now
-        if self._wrote:
+        if self._wrote:  # written since the last tick: date it to that tick (errs early)
             self._wrote = False
-            self._last_write = now
+            self._last_write = self._last_tick
+        self._last_tick = now
         limit = self._expect_every * (1.0 if self._ttl_only else self.options.heartbeat_grace)
         if self._expect_every and now - self._last_read > limit:
             what = "connection TTL expired" if self._ttl_only else "no heart-beat"
@@ -380,7 +391,10 @@ class StompSession:
         if hit is None:
             hit = parse_destination(dest)
             assert self.principal is not None
-            self.engine.security.check(self.principal, Permission.SEND, hit[0])
+            security = self.engine.security
+            security.check(self.principal, Permission.SEND, hit[0])
+            if security.enabled and self._would_create_queue(hit[0], hit[1]):
+                security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, hit[0])
             if len(self._destinations) < 1000:
                 self._destinations[dest] = hit
         address, routing = hit
@@ -437,6 +451,12 @@ class StompSession:
         if not self.closed:
             self.link.resume_reading()
 
+    def _would_create_queue(self, address: str, routing: str | None) -> bool:
+        """A send that auto-creates an anycast queue (which needs create_durable_queue)."""
+        if self.engine.queue(address) is not None or "::" in address:
+            return False
+        return (routing or self.engine.resolve_routing(address)) != MULTICAST
+
     # -- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------
     def _on_subscribe(self, frame: Frame) -> None:
         h = frame.headers
@@ -473,6 +493,15 @@ class StompSession:
         routing = routing or self.engine.resolve_routing(address)
         if durable_name and routing != MULTICAST:
             routing = MULTICAST if routing is None else routing
+        security = self.engine.security
+        if security.enabled:
+            if routing == MULTICAST:
+                if not durable_name:
+                    security.check(self.principal, Permission.CREATE_NON_DURABLE_QUEUE, address)
+                elif self.engine.queue(durable_name) is None:
+                    security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, address)
+            elif self.engine.queue(address) is None:
+                security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, address)
         s = _Sub(sid, dest, routing, ack, None, durable_name)  # type: ignore[arg-type]
         s.sub = self.engine.subscribe(
             address,
@@ -499,6 +528,11 @@ class StompSession:
         if s is None:
             raise StompError(f"no subscription with id {sid!r}")
         delete_durable = any(h.get(k) for k in DURABLE_NAME_HEADERS)
+        if delete_durable and self.engine.security.enabled:
+            assert self.principal is not None
+            self.engine.security.check(
+                self.principal, Permission.DELETE_DURABLE_QUEUE, s.sub.queue.address
+            )
         for key, (owner, _tag) in list(self.pending_acks.items()):
             if owner is s:
                 del self.pending_acks[key]

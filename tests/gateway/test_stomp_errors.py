@@ -31,9 +31,25 @@ name = "reader"
 password = "r"
 roles = ["ro"]
 
+[[users]]
+name = "limited"
+password = "l"
+roles = ["lim"]
+
+[[permissions]]
+match = "shared.#"
+send = ["lim", "rw"]
+consume = ["lim", "rw"]
+create_durable_queue = ["rw"]
+create_non_durable_queue = ["rw"]
+delete_durable_queue = ["rw"]
+
 [[permissions]]
 match = "private.#"
 consume = ["rw"]
+
+[[queues]]
+name = "private.inbox"  # declared: consumers here may not create queues
 
 [acceptors.stomp]
 url = "tcp://127.0.0.1:PORT"
@@ -270,3 +286,29 @@ def test_connection_ttl_closes_a_silent_client_without_heart_beats(tmp_path):
         assert 0.9 < time.monotonic() - t0 < 3
     finally:
         n.stop()
+
+
+def test_creating_queues_needs_its_own_permission(node):
+    app, alst = connect(node.stomp_port, login="app", passcode="secret")
+    app.subscribe("/queue/shared.existing", id="s", receipt="made")
+    alst.wait_receipt("made")
+    app.disconnect()
+    for frame, fragment in (
+        (b"SUBSCRIBE\nid:1\ndestination:/queue/shared.existing\nreceipt:ok\n\n\x00", None),
+        (b"SEND\ndestination:/queue/shared.existing\nreceipt:ok\n\nb\x00", None),
+        (b"SUBSCRIBE\nid:1\ndestination:/queue/shared.new\n\n\x00", "create durable queue"),
+        (b"SEND\ndestination:/queue/shared.brand-new\n\nb\x00", "create durable queue"),
+        (b"SUBSCRIBE\nid:1\ndestination:/topic/shared.t\n\n\x00", "create non durable queue"),
+        (
+            b"SUBSCRIBE\nid:1\ndestination:/topic/shared.t\ndurable-subscription-name:d\n\n\x00",
+            "create durable queue",
+        ),
+    ):
+        r = RawStomp(node.stomp_port)
+        assert r.connect("1.2", "login:limited\npasscode:l\n").startswith(b"CONNECTED")
+        r.send(frame)
+        if fragment is None:
+            assert r.read_frame().startswith(b"RECEIPT")
+            r.close()
+        else:
+            expect_error(r, fragment)
