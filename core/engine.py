@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,6 +116,8 @@ class Engine:
         for problem in state.report.corrupt:
             log.error("store recovery: %s", problem)
         self.ids.raise_floor(state.max_id)
+        if cfg.data_dir is not None:  # spills are rebuilt from the journal, never reloaded
+            shutil.rmtree(cfg.data_dir / "paging", ignore_errors=True)
         post = self._post = PostOffice(
             cfg.node_name,
             self.settings,

@@ -57,7 +57,7 @@ DEFAULTS = AddressSettings(
     max_redelivery_delay_ms=0,  # 0 = 10 x redelivery delay
     expiry_address=None,
     expiry_delay_ms=-1,
-    max_size_bytes=-1,
+    max_size_bytes=64 * 1024 * 1024,  # per address in memory; PAGE beyond keeps memory bounded
     page_size_bytes=10 * 1024 * 1024,
     full_policy=FullPolicy.PAGE,
     last_value_key=None,
@@ -116,7 +116,8 @@ class SettingsRepository:
         self._refresh_flags()
 
     def has_size_limits(self) -> bool:
-        """Whether any pattern sets a size limit (when none does, full-policy checks are skipped)."""
+        """Whether some address may be over a limit with BLOCK, FAIL or DROP (when none can,
+        those checks are skipped on the hot path; PAGE is the queues' own business)."""
         return self._limits
 
     def has_expiry_delays(self) -> bool:
@@ -124,8 +125,13 @@ class SettingsRepository:
         return self._expiry_delays
 
     def _refresh_flags(self) -> None:
-        pats = self._patterns.values()
-        self._limits = any(p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in pats)
+        pats = [*self._patterns.values(), DEFAULTS]
+        # conservative: settings merge across patterns, so each field is looked at on its own
+        limited = any(p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in pats)
+        strict = any(
+            p.full_policy is not None and p.full_policy is not FullPolicy.PAGE for p in pats
+        )
+        self._limits = limited and strict
         self._expiry_delays = any(
             p.expiry_delay_ms is not None and p.expiry_delay_ms > 0 for p in pats
         )

@@ -112,3 +112,12 @@ def test_settings_merge_field_by_field_from_most_specific():
     )
     repo.set("billing", AddressSettings(max_delivery_attempts=1))
     assert repo.resolve("billing").max_delivery_attempts == 1  # the cache is refreshed
+
+
+def test_memory_is_bounded_by_default():
+    """With no settings at all a backlog pages to disk past 64 MiB per address."""
+    r = SettingsRepository().resolve("any.address")
+    assert r.max_size_bytes == 64 * 1024 * 1024 and r.full_policy is FullPolicy.PAGE
+    assert not SettingsRepository().has_size_limits()  # PAGE needs no per-send checks
+    strict = SettingsRepository({"a.#": AddressSettings(full_policy=FullPolicy.BLOCK)})
+    assert strict.has_size_limits()  # inherits the default limit with a blocking policy
