@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.consumer import Consumer, DeliveryHandler, MessageRef
+from core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
 from core.divert import Divert, load_transformer
 from core.events import EventSink
 from core.filter import compile_filter
@@ -80,6 +80,7 @@ class Engine:
         *,
         events: EventSink | None = None,
         security: SecurityManager | None = None,
+        bindings: Journal | None = None,
     ) -> None:
         self.config = config or EngineConfig()
         self.journal: Journal = journal or MemoryJournal()
@@ -88,7 +89,7 @@ class Engine:
         self.ids = IdGenerator()
         self.settings = SettingsRepository(self.config.address_settings)
         self.persistence = Persistence(
-            self.journal, enabled=not isinstance(self.journal, MemoryJournal)
+            self.journal, enabled=not isinstance(self.journal, MemoryJournal), bindings=bindings
         )
         self.recovery_report = RecoveryReport()
         self._post: PostOffice | None = None
@@ -210,8 +211,8 @@ class Engine:
             c.paused = True
         for c in consumers:
             c.close()
-        await self.journal.flush()
-        await self.journal.close()
+        await self.persistence.flush()
+        await self.persistence.close()
         self.post.close()
         if self.events is not None:
             self.events.close()
@@ -265,7 +266,7 @@ class Engine:
 
     async def flush(self) -> None:
         """Wait until everything written so far (acks included) is on disk."""
-        await self.journal.flush()
+        await self.persistence.flush()
 
     # -- consuming ------------------------------------------------------------------------
     def queue(self, name: str) -> Queue | None:
@@ -334,6 +335,16 @@ class Engine:
         )
         c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
         return Subscription(c, q, True)
+
+    def dead_letter_delivery(
+        self, consumer: Consumer, tag: int, reason: str, detail: str = ""
+    ) -> None:
+        """Dead-letter a message delivered to ``consumer`` and not yet acknowledged (a handler
+        that found it undeliverable, such as a bridge whose remote refused it)."""
+        ref = consumer.in_flight.pop(tag, None)
+        if ref is None:
+            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        self.post.dead_letter(ref, reason, detail)
 
     def unsubscribe(self, sub: Subscription, *, delete_durable: bool = False) -> None:
         sub.consumer.close()

@@ -2,7 +2,9 @@
 
 Records: a message (its id is the record id), a reference of a message in a durable queue
 (with its delivery count), a durable queue definition, and a duplicate id.  A message record
-is deleted together with its last reference, in the same atomic batch.
+is deleted together with its last reference, in the same atomic batch.  Queue definitions go
+to a separate, small bindings journal (as in HornetQ): they live for long, and in the message
+journal every file holding one could never be reclaimed without a compaction.
 """
 
 from __future__ import annotations
@@ -75,8 +77,11 @@ class RecoveredState:
 class Persistence:
     """Builds journal batches and counts references per durable message."""
 
-    def __init__(self, journal: Journal, enabled: bool = True) -> None:
+    def __init__(
+        self, journal: Journal, enabled: bool = True, bindings: Journal | None = None
+    ) -> None:
         self.journal = journal
+        self.bindings = bindings if bindings is not None else journal
         self.enabled = enabled
         self.refcounts: dict[int, int] = {}
 
@@ -115,12 +120,39 @@ class Persistence:
             return None
         return self.journal.write(ops, sync)
 
+    def write_bindings(self, ops: list[Op], sync: bool) -> object:
+        if not ops or not self.enabled:
+            return None
+        return self.bindings.write(ops, sync)
+
+    async def flush(self) -> None:
+        await self.journal.flush()
+        if self.bindings is not self.journal:
+            await self.bindings.flush()
+
+    async def close(self) -> None:
+        await self.journal.close()
+        if self.bindings is not self.journal:
+            await self.bindings.close()
+
     # -- recovery -------------------------------------------------------------------------
     def recover(self) -> RecoveredState:
         rec = self.journal.open()
         state = RecoveredState(report=rec.report)
+        records = rec.records
+        if self.bindings is not self.journal:
+            brec = self.bindings.open()
+            records = {**brec.records, **records}
+            report = state.report
+            report.files += brec.report.files
+            report.batches += brec.report.batches
+            report.records += brec.report.records
+            report.corrupt.extend(f"bindings: {c}" for c in brec.report.corrupt)
+            if brec.report.torn_tail:
+                report.torn_tail = f"{report.torn_tail}; " if report.torn_tail else ""
+                report.torn_tail += f"bindings: {brec.report.torn_tail}"
         max_id = 0
-        for rid, r in rec.records.items():
+        for rid, r in records.items():
             max_id = max(max_id, rid)
             try:
                 if r.rtype == RT_MESSAGE:

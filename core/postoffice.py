@@ -295,7 +295,7 @@ class PostOffice:
             rec = QueueRecord(
                 q.id, name, address, routing, filter, exclusive, max_consumers, auto_created
             )
-            self.persistence.write([self.persistence.queue_op(rec)], True)
+            self.persistence.write_bindings([self.persistence.queue_op(rec)], True)
         return q
 
     def delete_queue(self, name: str) -> None:
@@ -320,10 +320,10 @@ class PostOffice:
         for ref in q.drain_all():
             if ref.rid:
                 self.persistence.unref_ops(ref.rid, ref.message, ops)
-        if q.durable:
-            ops.append(delete(q.id))
         q.close()
         self.persistence.write(ops, True)
+        if q.durable:  # after the references: a crash between leaves an empty queue, not orphans
+            self.persistence.write_bindings([delete(q.id)], True)
 
     def bindings(self, address: str) -> list[Queue]:
         hit = self._route_cache.get(address)

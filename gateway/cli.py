@@ -69,6 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level or cfg.node.log_level)
     if args.config is None:
         log.info("no config file given: embedded defaults (data in %s)", cfg.node.data_dir)
+    # the event loop must not wait 5 ms for the GIL while a journal compaction runs
+    sys.setswitchinterval(0.001)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds

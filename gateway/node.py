@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from bridges.manager import BridgeManager
+from core.divert import DivertError
 from core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
 from core.events import EventSink, JsonlEventLog
 from core.queue import ANYCAST, MULTICAST
@@ -96,6 +98,7 @@ class Node:
         self.cfg = cfg
         ecfg = engine_config(cfg)
         journal: Journal | None = None
+        bindings: Journal | None = None
         if cfg.node.persistence:
             j = cfg.node.journal
             journal = FileJournal(
@@ -105,6 +108,11 @@ class Node:
                 sync=j.sync,
                 compact_min_files=j.compact_min_files,
                 compact_percentage=j.compact_percentage,
+            )
+            # queue definitions live long: their own small journal keeps them from pinning
+            # message journal files
+            bindings = FileJournal(
+                Path(cfg.node.data_dir) / "bindings", file_size=1 << 20, sync=j.sync
             )
         events: EventSink | None = None
         ev = cfg.node.event_log
@@ -119,7 +127,13 @@ class Node:
                 max_file_size=ev.max_file_size,
                 max_files=ev.max_files,
             )
-        self.engine = Engine(ecfg, journal, events=events, security=security_manager(cfg))
+        self.engine = Engine(
+            ecfg, journal, events=events, security=security_manager(cfg), bindings=bindings
+        )
+        try:
+            self.bridges = BridgeManager(self.engine, cfg.bridges)
+        except DivertError as e:  # a transformer that cannot be loaded
+            raise NodeError(f"bridges: {e}") from None
         self.servers: list[Any] = []
         self.stopped = asyncio.Event()
 
@@ -148,13 +162,7 @@ class Node:
         for name in ("http", "amqp", "mqtt"):
             if getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
-        for b in self.cfg.bridges:
-            log.warning(
-                "bridge %s: bridges are not available in this version; messages for node %s wait in %s",
-                b.name,
-                b.remote_node,
-                b.queue,
-            )
+        await self.bridges.start()
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
 
     def ports(self) -> dict[str, int]:
@@ -164,8 +172,14 @@ class Node:
                 out["stomp"] = s.server.sockets[0].getsockname()[1]
         return out
 
+    def bridge_status(self) -> list[dict[str, object]]:
+        """Each bridge's link state and counters (see ``CoreBridge.status``)."""
+        return self.bridges.status()
+
     async def stop(self) -> None:
-        """Stop accepting, close connections, finish in-flight writes, close the store."""
+        """Stop the bridges and accepting, close connections, finish in-flight writes, close
+        the store."""
+        await self.bridges.stop()
         for s in self.servers:
             await s.stop()
         await self.engine.stop()

@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 # fsyncs slower than this (a busy or slow disk) are never done on the event loop thread
 INLINE_SYNC_LIMIT = 0.001
+# a bigger group means a busy loop: the thread's fsync then overlaps the loop's work
+INLINE_MAX_WAITERS = 2
 
 
 @dataclass(slots=True)
@@ -131,14 +133,19 @@ class Writer:
 
     def run_inline(self) -> bool:
         """Event loop thread: write and sync what is pending here, sparing two thread
-        wake-ups per group.  Only while the writer thread is idle, the group holds nothing
-        but data, and recent fsyncs were quick; returns False to leave it to the thread."""
+        wake-ups per group.  Only while the writer thread is idle, the group is small and
+        holds nothing but data, and recent fsyncs were quick; returns False to leave it to
+        the thread."""
         with self.cond:
             if not self.idle or self.closing or self.error is not None:
                 return False
             if not self.pending and not self.futs:
                 return True
-            if self.sync_ewma > INLINE_SYNC_LIMIT or not all(type(i) is Data for i in self.pending):
+            if (
+                len(self.futs) > INLINE_MAX_WAITERS
+                or self.sync_ewma > INLINE_SYNC_LIMIT
+                or not all(type(i) is Data for i in self.pending)
+            ):
                 return False
             items, self.pending, self.tail = self.pending, [], None
             futs, self.futs = self.futs, []

@@ -40,8 +40,10 @@ async def make_engine(
     **kw: object,
 ) -> Engine:
     cfg = EngineConfig(data_dir=data_dir, address_settings=settings or {}, **kw)  # type: ignore[arg-type]
-    journal = FileJournal(data_dir / "journal") if data_dir is not None else None
-    eng = Engine(cfg, journal)
+    journal = bindings = None
+    if data_dir is not None:
+        journal, bindings = FileJournal(data_dir / "journal"), FileJournal(data_dir / "bindings")
+    eng = Engine(cfg, journal, bindings=bindings)
     await eng.start()
     return eng
 
