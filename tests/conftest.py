@@ -5,7 +5,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-for p in (ROOT, ROOT / "tests", ROOT / "tests" / "core", ROOT / "tests" / "gateway"):
+for p in (
+    ROOT,
+    ROOT / "tests",
+    ROOT / "tests" / "core",
+    ROOT / "tests" / "gateway",
+    ROOT / "tests" / "bridges",
+):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 

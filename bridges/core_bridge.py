@@ -1,0 +1,666 @@
+"""A core bridge: drains a local queue into a remote Waystation node, once and only once, in order.
+
+How it keeps the promise:
+
+* The bridge is an ordinary engine consumer of its source queue with a credit window of
+  ``confirmation_window`` messages.  Each delivery becomes a STOMP ``SEND`` with a ``receipt``;
+  the remote answers RECEIPT only once the message is on its disk, and only then is the
+  message acknowledged locally (and leaves the source queue).  Up to the window is in flight
+  at once, so a long, fat link stays full.
+* Every SEND carries ``_WS_DUPL_ID = <node>/<bridge>/<message id>``.  Message ids are stored
+  with the message, so the id is the same after a restart of either side, and the remote's
+  persisted duplicate cache drops any copy it already stored.
+* The consumer stays attached while the link is down: the messages it holds (sent but
+  unconfirmed, or not yet sent) stay in delivery order and are sent first, in that order, on
+  the next connection.  So a resend never jumps the queue and delivery counts do not grow
+  with every cut.  On stop, on a crash, or when the bridge gives up, they return to the head
+  of the queue, where the next run finds them in the same order.
+* Reconnecting: the URLs are tried in order on each attempt; after a failed attempt the
+  bridge waits ``retry_interval * retry_multiplier ** n`` (capped at ``max_retry_interval``)
+  and gives up after ``reconnect_attempts`` failed attempts in a row (-1: never).  A link
+  that was lost after doing useful work is redialled at once.
+
+Undeliverable messages go to the dead-letter address and the bridge goes on with the ones
+behind them:
+
+* the remote refused one SEND (its ERROR names the SEND's receipt): the reason comes from
+  the error text (``invalid-remote-destination``, ``remote-authorization``,
+  ``message-too-large``, ``remote-rejected``); transient refusals (store trouble, a full
+  address) are retried after a backoff instead.  An ERROR that names no receipt puts the
+  bridge in careful mode: the messages that were in flight are resent one at a time, so the
+  next refusal identifies its message.
+* ``routing-timeout``: while the link is down, a message that has waited longer than
+  ``routing_timeout`` (counted from when the link went down, or from when the message was
+  created if later) without ever having been sent.
+* ``remote-authentication``: the remote refuses the bridge's credentials at CONNECT.  That
+  is usually a configuration slip fixed within minutes, so the bridge keeps retrying with
+  backoff like for any other link failure; only messages that then wait past
+  ``routing_timeout`` are dead-lettered, with this reason instead of ``routing-timeout``.
+  Without a routing timeout nothing is dead-lettered and messages wait for the fix.
+* ``in-doubt-timeout``: a message sent on a link that failed before its receipt came back is
+  in doubt; it is resent on every reconnect until ``in_doubt_timeout`` after its first send,
+  then dead-lettered at the source (a copy the remote may already hold is not touched).
+  In-doubt tracking lives in memory: after a restart the clock starts again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from bridges.reasons import (
+    IN_DOUBT_TIMEOUT,
+    REMOTE_AUTHENTICATION,
+    ROUTING_TIMEOUT,
+    classify_error,
+    is_authentication_failure,
+)
+from bridges.spec import BridgeSpec
+from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink, Target
+from core.consumer import Consumer, ConsumerError, Delivery
+from core.divert import Transformer, load_transformer
+from core.message import (
+    DEFAULT_PRIORITY,
+    DUPLICATE_ID,
+    ORIGINAL_ADDRESS,
+    ROUTE_TO_NODE,
+    Message,
+    PropertyValue,
+    now_ms,
+)
+from core.queue import ANYCAST
+from core.settings import AddressSettings
+from gateway.stomp.codec import Frame, encode_frame
+
+if TYPE_CHECKING:
+    from core.engine import Engine, Subscription
+
+log = logging.getLogger("waystation.bridge")
+
+# A user's own duplicate id travels on under this name (the bridge's id takes _WS_DUPL_ID).
+SOURCE_DUPLICATE_ID = "_WS_SRC_DUPL_ID"
+# Headers the remote would read as instructions rather than properties; a property of that
+# name is not forwarded.  Scheduled delays were applied here already.
+_NOT_FORWARDED = frozenset(
+    (
+        "destination",
+        "receipt",
+        "transaction",
+        "content-length",
+        "persistent",
+        "priority",
+        "expires",
+        "AMQ_SCHEDULED_DELAY",
+        "scheduled-delay",
+        ROUTE_TO_NODE,
+    )
+)
+# Delivery attempts of a bridge are link failures, not consumer failures: they must never
+# dead-letter a message as "max-deliveries" or delay its resend.
+SOURCE_QUEUE_SETTINGS = AddressSettings(max_delivery_attempts=-1, redelivery_delay_ms=0)
+WRITE_HIGH_WATER = 4 * 1024 * 1024
+
+CONNECTING = "connecting"
+CONNECTED = "connected"
+RETRYING = "retrying"
+STOPPED = "stopped"
+
+
+class _Entry:
+    """One message the bridge holds: delivered to it and not yet confirmed or given up."""
+
+    __slots__ = ("tag", "message", "frame", "version", "sent_on", "first_sent", "in_doubt")
+
+    def __init__(self, tag: int, message: Message) -> None:
+        self.tag = tag
+        self.message = message
+        self.frame: bytes | None = None  # the encoded SEND, kept for resends
+        self.version = ""  # the STOMP version it was encoded for
+        self.sent_on = 0  # the connection it was last sent on (0: not sent)
+        self.first_sent = 0.0  # monotonic time of the first send
+        self.in_doubt = False  # sent on a link that failed before the receipt came
+
+
+class CoreBridge:
+    """One ``[[bridges]]`` entry at run time; also the ``DeliveryHandler`` of its consumer."""
+
+    def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
+        self.engine = engine
+        self.spec = spec
+        self.state = STOPPED
+        self.url: str | None = None
+        self.next_attempt: float | None = None  # epoch seconds of the next connection attempt
+        self.forwarded = 0
+        self.failed = 0  # failed connection attempts and lost links
+        self.dead_lettered = 0
+        self.last_error: str | None = None
+        self.transform: Transformer | None = (
+            load_transformer(spec.transformer) if spec.transformer else None
+        )
+        self._options = LinkOptions(
+            login=spec.user,
+            passcode=spec.password,
+            heartbeat=spec.heartbeat,
+            liveness=spec.liveness_timeout,
+            connect_timeout=spec.liveness_timeout or 30.0,
+            client_id=f"bridge.{engine.node_name}.{spec.name}",
+        )
+        self._entries: dict[int, _Entry] = {}  # by consumer tag, in delivery order
+        self._unsent: deque[int] = deque()  # tags to send on the current link, in order
+        self._careful: set[int] = set()  # suspects of an unattributed ERROR
+        self._careful_tag: int | None = None  # the one suspect in flight
+        self._link: StompLink | None = None
+        self._conn = 0
+        self._sub: Subscription | None = None
+        self._consumer: Consumer | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._down_since_ms = now_ms()
+        self._auth_refused = False
+        self._progress = False
+        self._link_error: str | None = None
+        self._dispatch_scheduled = False
+        self._write_paused = False
+        self._drain_task: asyncio.Task[None] | None = None  # keeps the task referenced
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        spec = self.spec
+        for why in spec.skipped:
+            log.warning("bridge %s: url skipped: %s", spec.name, why)
+        if not spec.targets:
+            self.last_error = "no usable url: " + "; ".join(spec.skipped)
+            log.error("bridge %s: not started: %s", spec.name, self.last_error)
+            return
+        self._stopping = False
+        self._down_since_ms = now_ms()
+        self._prepare_source_queue()
+        self._sub = self.engine.subscribe(
+            spec.queue,
+            self,
+            routing=ANYCAST,
+            selector=spec.filter,
+            window=spec.window,
+            name=f"bridge:{spec.name}",
+        )
+        self._consumer = self._sub.consumer
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch())]
+
+    def _prepare_source_queue(self) -> None:
+        q = self.engine.queue(self.spec.queue)
+        address = q.address if q is not None else self.spec.queue
+        if q is not None and q.routing != ANYCAST:
+            return  # a topic subscription: its address settings are the topic's business
+        settings = self.engine.settings
+        own = settings.patterns().get(address)
+        settings.set(
+            address, own.merged_over(SOURCE_QUEUE_SETTINGS) if own else SOURCE_QUEUE_SETTINGS
+        )
+        if q is not None:
+            q.refresh_settings()
+
+    async def stop(self) -> None:
+        """Close the link and give every held message back to the head of the queue."""
+        self._stopping = True
+        link = self._link
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+        self._tasks = []
+        if link is not None:
+            link.close("bridge stopping")
+            self._link_lost(link)
+            await link.wait_closed()
+        self._release()
+        self.next_attempt = None
+        self._set_state(STOPPED)
+
+    def _release(self) -> None:
+        sub, self._sub = self._sub, None
+        self._consumer = None
+        self._entries.clear()
+        self._unsent.clear()
+        self._careful.clear()
+        if sub is not None and self.engine.started:
+            with contextlib.suppress(Exception):
+                self.engine.unsubscribe(sub)
+
+    # -- the connection loop ----------------------------------------------------------------
+    async def _run(self) -> None:
+        try:
+            await self._connection_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.exception("bridge %s: failed", self.spec.name)
+            self.last_error = f"internal error: {e!r}"
+            if self._link is not None:
+                self._link.close(self.last_error)
+            self._release()
+            self._set_state(STOPPED)
+
+    async def _connection_loop(self) -> None:
+        policy = self.spec.retry
+        failures = 0
+        while not self._stopping:
+            self._set_state(CONNECTING)
+            got = await self._connect_any()
+            if got is not None:
+                await self._serve(*got)
+                if self._stopping:
+                    return
+                if self._progress:
+                    failures = 0
+                    continue  # the link worked: redial at once
+            failures += 1
+            self.failed += 1
+            if policy.exhausted(failures):
+                self.last_error = f"gave up after {failures} failed attempts: {self.last_error}"
+                log.error("bridge %s: %s", self.spec.name, self.last_error)
+                self._release()
+                self._set_state(STOPPED)
+                return
+            delay = policy.delay(failures)
+            self.next_attempt = time.time() + delay
+            self._set_state(RETRYING)
+            await asyncio.sleep(delay)
+            self.next_attempt = None
+
+    async def _connect_any(self) -> tuple[StompLink, Target] | None:
+        errors: list[str] = []
+        auth = False
+        for target in self.spec.targets:
+            if self._stopping:
+                return None
+            try:
+                link = await StompLink.open(target, self._options)
+            except ConnectRefused as e:
+                refused = is_authentication_failure(e.message)
+                auth |= refused
+                what = "credentials refused" if refused else "connection refused"
+                errors.append(f"{target}: {what}: {e}")
+            except (OSError, EOFError) as e:
+                errors.append(f"{target}: {_describe(e)}")
+            except Exception as e:  # a bug must not end the bridge: count it as a failure
+                log.exception("bridge %s: connecting to %s failed", self.spec.name, target)
+                errors.append(f"{target}: {_describe(e)}")
+            else:
+                self._auth_refused = False
+                return link, target
+        self._auth_refused = auth
+        self.last_error = "; ".join(errors)
+        return None
+
+    async def _serve(self, link: StompLink, target: Target) -> None:
+        link.on_frame = self._on_frame
+        self._conn += 1
+        self._link = link
+        self._link_error = None
+        self._progress = False
+        self.url = str(target)
+        started = time.monotonic()
+        self._set_state(CONNECTED)
+        self._pump()
+        self._schedule_dispatch()
+        try:
+            reason = await asyncio.shield(link.closed)
+        finally:
+            self._link_lost(link)
+        self.last_error = self._link_error or reason
+        if time.monotonic() - started >= self.spec.retry.interval:
+            self._progress = True
+        log.info(
+            "bridge %s: link to %s lost: %s (%d messages held)",
+            self.spec.name,
+            target,
+            self.last_error,
+            len(self._entries),
+        )
+        await link.wait_closed()
+
+    def _link_lost(self, link: StompLink) -> None:
+        if self._link is not link:
+            return
+        link.close("bridge stopping")
+        self._link = None
+        self._down_since_ms = now_ms()
+        self._careful_tag = None
+        for e in self._entries.values():
+            if e.first_sent:
+                e.in_doubt = True
+        self._unsent = deque(self._entries)
+        if self._write_paused:
+            self._write_paused = False
+            if self._consumer is not None:
+                self._consumer.resume()
+
+    # -- consuming (DeliveryHandler) --------------------------------------------------------
+    def deliver(self, delivery: Delivery) -> None:
+        if delivery.consumer is not self._consumer:
+            return
+        entry = _Entry(delivery.tag, delivery.message)
+        self._entries[delivery.tag] = entry
+        if self._link is None and self._waited_too_long(entry, now_ms()):
+            self._expire(entry)
+            return
+        self._unsent.append(delivery.tag)
+        if self._link is not None:
+            self._pump()
+
+    def consumer_closed(self, consumer: Consumer, reason: str) -> None:
+        if consumer is not self._consumer:
+            return
+        self.last_error = f"source queue consumer closed: {reason}"
+        log.warning("bridge %s: %s", self.spec.name, self.last_error)
+        self._consumer = None
+        self._sub = None
+        self._entries.clear()
+        self._unsent.clear()
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        if self._link is not None:
+            self._link.close("source queue gone")
+        self._set_state(STOPPED)
+
+    def _schedule_dispatch(self) -> None:
+        if not self._dispatch_scheduled and self._consumer is not None:
+            self._dispatch_scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatch_scheduled = False
+        c = self._consumer
+        if c is not None and not c.closed:
+            c.queue.dispatch()
+
+    # -- sending ----------------------------------------------------------------------------
+    def _pump(self) -> None:
+        """Send what is waiting, in order (one at a time in careful mode)."""
+        link = self._link
+        if link is None:
+            return
+        entries = self._entries
+        mono = time.monotonic()
+        while self._unsent:
+            if self._careful:
+                if self._careful_tag is not None and self._careful_tag in entries:
+                    return
+                self._careful_tag = None
+            tag = self._unsent.popleft()
+            entry = entries.get(tag)
+            if entry is None or entry.sent_on == self._conn:
+                continue
+            if entry.in_doubt and self._doubt_expired(entry, mono):
+                self._give_up(entry, IN_DOUBT_TIMEOUT, self._doubt_detail(entry, mono))
+                continue
+            try:
+                frame = self._frame(entry, link.version)
+            except Exception as e:  # a transformer bug: this message cannot be sent
+                log.exception("bridge %s: cannot encode message %d", self.spec.name, tag)
+                self._give_up(entry, "transformer-error", repr(e))
+                continue
+            link.write(frame)
+            entry.sent_on = self._conn
+            if not entry.first_sent:
+                entry.first_sent = mono
+            if self._careful:
+                self._careful_tag = tag
+        if link.write_buffer_size() > WRITE_HIGH_WATER and not self._write_paused:
+            consumer = self._consumer
+            if consumer is not None:
+                self._write_paused = True
+                consumer.pause()
+                self._drain_task = asyncio.get_running_loop().create_task(
+                    self._drain(link, consumer)
+                )
+
+    async def _drain(self, link: StompLink, consumer: Consumer) -> None:
+        await link.drain()
+        if self._write_paused and consumer is self._consumer:
+            self._write_paused = False
+            consumer.resume()
+
+    def duplicate_id(self, msg: Message) -> str:
+        """Stable across restarts of either side: message ids are stored with the message."""
+        return f"{self.engine.node_name}/{self.spec.name}/{msg.id}"
+
+    def _frame(self, entry: _Entry, version: str) -> bytes:
+        if entry.frame is not None and entry.version == version:
+            return entry.frame
+        msg = entry.message
+        if self.transform is not None:
+            msg = self.transform(msg.copy(msg.id))
+        props = msg.properties
+        orig = props.get(ORIGINAL_ADDRESS)
+        dest = self.spec.forwarding_address or (orig if isinstance(orig, str) and orig else None)
+        headers: list[tuple[str, str]] = [
+            ("destination", dest or msg.address),
+            ("receipt", str(entry.tag)),
+        ]
+        if msg.durable:
+            headers.append(("persistent", "true"))
+        if msg.priority != DEFAULT_PRIORITY:
+            headers.append(("priority", str(msg.priority)))
+        if msg.expiration:
+            headers.append(("expires", str(msg.expiration)))
+        stamp = self.spec.duplicate_detection
+        if stamp:
+            headers.append((DUPLICATE_ID, self.duplicate_id(entry.message)))
+        routed = ROUTE_TO_NODE in props
+        for k, v in props.items():
+            if v is None or k in _NOT_FORWARDED:
+                continue
+            if routed and k == ORIGINAL_ADDRESS:
+                continue  # store-and-forward bookkeeping, now the destination
+            if stamp and k == DUPLICATE_ID:
+                k = SOURCE_DUPLICATE_ID
+            headers.append((k, _text(v)))
+        entry.frame = encode_frame("SEND", headers, msg.body, version, content_length=True)
+        entry.version = version
+        return entry.frame
+
+    # -- the remote's answers -----------------------------------------------------------------
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.command == "RECEIPT":
+            self._on_receipt(frame.headers.get("receipt-id", ""))
+        elif frame.command == "ERROR":
+            self._on_error(frame)
+
+    def _on_receipt(self, rid: str) -> None:
+        if not rid.isdigit():
+            return
+        tag = int(rid)
+        entry = self._entries.pop(tag, None)
+        consumer = self._consumer
+        if entry is None or consumer is None:
+            return
+        try:
+            consumer.ack(tag)
+        except ConsumerError:
+            return
+        self.forwarded += 1
+        self._progress = True
+        if self._careful:
+            self._careful.discard(tag)
+            if self._careful_tag == tag:
+                self._careful_tag = None
+            self._pump()
+        self._schedule_dispatch()
+
+    def _on_error(self, frame: Frame) -> None:
+        link = self._link
+        h = frame.headers
+        text = h.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
+        rid = h.get("receipt-id", "")
+        entry: _Entry | None = None
+        if rid.isdigit():
+            entry = self._entries.get(int(rid))
+        elif not rid and self._careful_tag is not None:  # the one message in flight
+            entry = self._entries.get(self._careful_tag)
+        reason = classify_error(text)
+        if entry is not None and entry.sent_on == self._conn:
+            if reason is not None:
+                self._give_up(entry, reason, f"{self.url} refused it: {text}")
+                self._progress = True  # the link is fine: redial at once
+            self._link_error = f"remote ERROR for message {entry.message.id}: {text}"
+        else:
+            if reason is not None:  # possibly about one message: find it, one at a time
+                self._careful = {t for t, e in self._entries.items() if e.sent_on == self._conn}
+            self._link_error = f"remote ERROR: {text}"
+        if link is not None:
+            link.close(self._link_error)
+
+    # -- giving messages up -----------------------------------------------------------------
+    def _give_up(self, entry: _Entry, reason: str, detail: str) -> None:
+        tag = entry.tag
+        self._entries.pop(tag, None)
+        self._careful.discard(tag)
+        if self._careful_tag == tag:
+            self._careful_tag = None
+        consumer = self._consumer
+        if consumer is None:
+            return
+        try:
+            self.engine.dead_letter_delivery(consumer, tag, reason, detail)
+        except ConsumerError:
+            return
+        self.dead_lettered += 1
+        m = entry.message
+        log.warning(
+            "bridge %s: message %d for %s dead-lettered (%s): %s",
+            self.spec.name,
+            m.id,
+            self.spec.remote_node,
+            reason,
+            detail,
+        )
+        self._schedule_dispatch()
+
+    def _waited_too_long(self, entry: _Entry, at_ms: int) -> bool:
+        """Routing timeout: never sent, and waiting longer than allowed while the link is down."""
+        t = self.spec.routing_timeout
+        if t is None or entry.first_sent:
+            return False
+        return at_ms - max(entry.message.timestamp, self._down_since_ms) > t * 1000
+
+    def _expire(self, entry: _Entry) -> None:
+        waited = (now_ms() - max(entry.message.timestamp, self._down_since_ms)) / 1000
+        if self._auth_refused:
+            reason = REMOTE_AUTHENTICATION
+            detail = f"{self.spec.remote_node} refused the bridge's credentials for {waited:.1f}s"
+        else:
+            reason = ROUTING_TIMEOUT
+            detail = f"no link to {self.spec.remote_node} for {waited:.1f}s"
+        if self.last_error:
+            detail += f" (last error: {self.last_error})"
+        self._give_up(entry, reason, detail)
+
+    def _doubt_expired(self, entry: _Entry, mono: float) -> bool:
+        t = self.spec.in_doubt_timeout
+        return t is not None and entry.in_doubt and mono - entry.first_sent > t
+
+    def _doubt_detail(self, entry: _Entry, mono: float) -> str:
+        return (
+            f"sent to {self.spec.remote_node} {mono - entry.first_sent:.1f}s ago and never "
+            f"confirmed (in-doubt timeout {self.spec.in_doubt_timeout:g}s)"
+        )
+
+    async def _watch(self) -> None:
+        """While the link is down, dead-letter held messages past a routing or in-doubt timeout."""
+        limits = [t for t in (self.spec.routing_timeout, self.spec.in_doubt_timeout) if t]
+        if not limits:
+            return
+        period = min(1.0, max(0.05, min(limits) / 4))
+        while True:
+            await asyncio.sleep(period)
+            if self._link is not None or not self._entries:
+                continue
+            at_ms = now_ms()
+            mono = time.monotonic()
+            for entry in list(self._entries.values()):
+                if entry.tag not in self._entries:
+                    continue
+                if self._doubt_expired(entry, mono):
+                    self._give_up(entry, IN_DOUBT_TIMEOUT, self._doubt_detail(entry, mono))
+                elif self._waited_too_long(entry, at_ms):
+                    self._expire(entry)
+
+    # -- state ------------------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        name = self.spec.name
+        if state == CONNECTED:
+            log.info(
+                "bridge %s: connected to %s (node %s; %d messages held)",
+                name,
+                self.url,
+                self.spec.remote_node,
+                len(self._entries),
+            )
+        elif state == RETRYING:
+            log.warning(
+                "bridge %s: retrying at %s: %s",
+                name,
+                _iso(self.next_attempt),
+                self.last_error,
+            )
+        elif state == CONNECTING:
+            log.debug("bridge %s: connecting", name)
+        else:
+            log.info("bridge %s: %s", name, state)
+
+    def status(self) -> dict[str, object]:
+        q = self.engine.queue(self.spec.queue) if self.engine.started else None
+        link = self._link
+        return {
+            "name": self.spec.name,
+            "remote_node": self.spec.remote_node,
+            "queue": self.spec.queue,
+            "state": self.state,
+            "url": self.url if link is not None else None,
+            "next_attempt": _iso(self.next_attempt) if self.state == RETRYING else None,
+            "in_flight": len(self._entries),
+            "unconfirmed": sum(1 for e in self._entries.values() if e.sent_on == self._conn)
+            if link is not None
+            else 0,
+            "waiting": q.depth if q is not None else 0,
+            "forwarded": self.forwarded,
+            "failed": self.failed,
+            "dead_lettered": self.dead_lettered,
+            "last_error": self.last_error,
+        }
+
+
+def _text(v: PropertyValue) -> str:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def _describe(e: BaseException) -> str:
+    text = str(e)
+    name = type(e).__name__
+    if isinstance(e, TimeoutError) and not text:
+        return "timed out"
+    return f"{name}: {text}" if text else name
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,44 @@
+"""The bridges of one node: built from ``[[bridges]]``, started after the listeners, stopped first."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from bridges.core_bridge import CoreBridge
+from bridges.spec import spec_from_config
+
+if TYPE_CHECKING:
+    from config.links import BridgeConfig
+    from core.engine import Engine
+
+log = logging.getLogger("waystation.bridge")
+
+
+class BridgeManager:
+    def __init__(self, engine: Engine, configs: list[BridgeConfig]) -> None:
+        self.engine = engine
+        self.bridges: list[CoreBridge] = []
+        for cfg in configs:
+            spec = spec_from_config(cfg)
+            if cfg.foreign:
+                spec.targets = []
+                spec.skipped = [f"foreign ({cfg.foreign}) bridges are not supported yet"]
+            self.bridges.append(CoreBridge(engine, spec))
+
+    async def start(self) -> None:
+        for b in self.bridges:
+            await b.start()
+
+    async def stop(self) -> None:
+        for b in self.bridges:
+            try:
+                await b.stop()
+            except Exception:  # stopping the others matters more
+                log.exception("bridge %s: error while stopping", b.spec.name)
+
+    def status(self) -> list[dict[str, object]]:
+        return [b.status() for b in self.bridges]
+
+    def get(self, name: str) -> CoreBridge | None:
+        return next((b for b in self.bridges if b.spec.name == name), None)
