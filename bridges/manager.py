@@ -6,6 +6,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bridges.core_bridge import CoreBridge
+from bridges.foreign import ForeignInbound, ForeignStompBridge
 from bridges.spec import spec_from_config
 
 if TYPE_CHECKING:
@@ -14,17 +15,23 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waystation.bridge")
 
+Bridge = CoreBridge | ForeignInbound
+
 
 class BridgeManager:
     def __init__(self, engine: Engine, configs: list[BridgeConfig]) -> None:
         self.engine = engine
-        self.bridges: list[CoreBridge] = []
+        self.bridges: list[Bridge] = []
         for cfg in configs:
             spec = spec_from_config(cfg)
-            if cfg.foreign:
-                spec.targets = []
-                spec.skipped = [f"foreign ({cfg.foreign}) bridges are not supported yet"]
-            self.bridges.append(CoreBridge(engine, spec))
+            bridge: Bridge
+            if spec.foreign and spec.inbound:
+                bridge = ForeignInbound(engine, spec)
+            elif spec.foreign:
+                bridge = ForeignStompBridge(engine, spec)
+            else:
+                bridge = CoreBridge(engine, spec)
+            self.bridges.append(bridge)
 
     async def start(self) -> None:
         for b in self.bridges:
@@ -40,5 +47,5 @@ class BridgeManager:
     def status(self) -> list[dict[str, object]]:
         return [b.status() for b in self.bridges]
 
-    def get(self, name: str) -> CoreBridge | None:
+    def get(self, name: str) -> Bridge | None:
         return next((b for b in self.bridges if b.spec.name == name), None)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waystation.bridge")
 
-SUPPORTED_SCHEMES = ("tcp",)
+SUPPORTED_SCHEMES = ("tcp", "tls")
 
 
 @dataclass(slots=True)
@@ -36,6 +36,9 @@ class BridgeSpec:
     liveness_timeout: float = 30.0
     routing_timeout: float | None = None
     in_doubt_timeout: float | None = 300.0
+    foreign: str | None = None  # "stomp": the remote is a foreign STOMP broker
+    inbound: bool = False  # foreign only: consume ``source`` there into forwarding_address
+    source: str | None = None
     # urls given in the config that this version cannot dial, with the reason
     skipped: list[str] = field(default_factory=list)
 
@@ -62,6 +65,8 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
                 proxy.port if proxy else 0,
                 proxy.username if proxy else None,
                 proxy.password if proxy else None,
+                tls=ep.scheme == "tls",
+                tls_ca=str(cfg.tls_ca) if cfg.tls_ca is not None else None,
             )
         )
     in_doubt = cfg.in_doubt_timeout.total_seconds()
@@ -88,4 +93,7 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
         routing_timeout=_seconds(cfg.routing_timeout),
         in_doubt_timeout=in_doubt if in_doubt > 0 else None,
         skipped=skipped,
+        foreign=cfg.foreign,
+        inbound=cfg.direction == "inbound",
+        source=cfg.source,
     )

@@ -20,6 +20,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -60,10 +61,15 @@ class Target:
     proxy_port: int = 0
     proxy_user: str | None = None
     proxy_password: str | None = None
+    tls: bool = False
+    tls_ca: str | None = None  # PEM bundle to verify the remote; None: the system's CAs
 
     def __str__(self) -> str:
         via = f" via proxy {self.proxy_host}:{self.proxy_port}" if self.proxy_host else ""
-        return f"tcp://{self.host}:{self.port}{via}"
+        return f"{'tls' if self.tls else 'tcp'}://{self.host}:{self.port}{via}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.tls_ca) if self.tls else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,7 @@ class StompLink:
         Raises OSError (and TimeoutError) when the remote cannot be reached, ConnectRefused
         when it answers with ERROR (bad credentials, for instance)."""
         async with asyncio.timeout(options.connect_timeout or None):
+            ctx = target.ssl_context()
             if target.proxy_host:
                 reader, writer = await open_tunnel(
                     target.proxy_host,
@@ -125,9 +132,15 @@ class StompLink:
                     target.proxy_user,
                     target.proxy_password,
                 )
+                if ctx is not None:  # TLS end to end, inside the proxy's tunnel
+                    await writer.start_tls(ctx, server_hostname=target.host)
             else:
                 reader, writer = await asyncio.open_connection(
-                    target.host, target.port, limit=READ_CHUNK
+                    target.host,
+                    target.port,
+                    limit=READ_CHUNK,
+                    ssl=ctx,
+                    server_hostname=target.host if ctx else None,
                 )
             try:
                 sock = writer.get_extra_info("socket")

@@ -1,4 +1,5 @@
-"""``[[bridges]]``: links draining a local queue into a remote node."""
+"""``[[bridges]]``: links draining a local queue into a remote node (or a foreign STOMP broker),
+and inbound links consuming a foreign broker's destination into a local address."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from config.fields import (
     BRIDGE_SCHEMES,
     AddressName,
     BridgeUrl,
+    ConfigPath,
     DottedPath,
     Duration,
     Endpoint,
@@ -34,7 +36,9 @@ class BridgeConfig(Section):
         description="Local source queue; defaults to the store-and-forward queue 'sf.<remote_node>'."
     )
     forwarding_address: AddressName | None = Field(
-        default=None, description="Remote address; unset keeps each message's address."
+        default=None,
+        description="Remote address (a STOMP destination such as '/queue/x' for a foreign "
+        "broker); unset keeps each message's address.  Inbound bridges: the local address.",
     )
     filter: FilterText = Field(
         default=None, description="Only matching messages are forwarded; others stay queued."
@@ -48,6 +52,10 @@ class BridgeConfig(Section):
     )
     proxy: ProxyUrl | None = Field(
         default=None, description="HTTP proxy, http://user:pass@host:port."
+    )
+    tls_ca: ConfigPath | None = Field(
+        default=None,
+        description="PEM CA bundle that verifies tls:// remotes (default: the system's CAs).",
     )
     user: str | None = Field(default=None, description="User on the remote node.")
     password: str | None = Field(
@@ -88,6 +96,14 @@ class BridgeConfig(Section):
     foreign: Annotated[Literal["stomp"], choice("stomp")] | None = Field(
         default=None,
         description='"stomp" for a foreign STOMP broker (ActiveMQ, RabbitMQ); false/unset for Waystation.',
+    )
+    direction: Annotated[Literal["outbound", "inbound"], choice("outbound", "inbound")] = Field(
+        default="outbound",
+        description='"inbound" (foreign only): consume `source` on the remote into forwarding_address.',
+    )
+    source: str | None = Field(
+        default=None,
+        description='Inbound: the foreign STOMP destination to consume, e.g. "/queue/orders".',
     )
 
     @model_validator(mode="before")
@@ -131,6 +147,26 @@ class BridgeConfig(Section):
                     problems.append(
                         (("urls", i), "a foreign broker cannot be reached over the HTTP tunnel")
                     )
+        if self.direction == "inbound":
+            if not self.foreign:
+                problems.append((("direction",), 'only a foreign bridge can be "inbound"'))
+            if (
+                not self.source
+                or not self.source.strip()
+                or any(c in self.source for c in "\r\n\0")
+            ):
+                problems.append(
+                    (("source",), "an inbound bridge needs a STOMP destination to consume")
+                )
+            if self.forwarding_address is None:
+                problems.append(
+                    (
+                        ("forwarding_address",),
+                        "an inbound bridge needs a local address to deliver to",
+                    )
+                )
+        elif self.source is not None:
+            problems.append((("source",), 'only an "inbound" bridge has a source'))
         if problems:
             raise Problems(problems)
         return self

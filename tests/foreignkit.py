@@ -112,18 +112,19 @@ class ActiveMQ:
         self.ready_s = time.monotonic() - t0
         return self.ready_s
 
-    def stop(self, grace: float = 20.0) -> None:
-        """SIGTERM (a clean shutdown), SIGKILL after ``grace`` seconds."""
+    def stop(self, grace: float = 20.0, *, kill: bool = False) -> None:
+        """SIGTERM (a clean shutdown), SIGKILL after ``grace`` seconds; ``kill``: SIGKILL now."""
         p, self.proc = self.proc, None
         if p is None or p.poll() is not None:
             return
-        p.send_signal(signal.SIGTERM)
+        p.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             p.wait(grace)
         except subprocess.TimeoutExpired:
             os.kill(p.pid, signal.SIGKILL)
             p.wait(10)
 
-    def restart(self) -> float:
-        self.stop()
+    def restart(self, *, kill: bool = False) -> float:
+        """Stop (``kill``: ``kill -9``) and start again on the same port and data."""
+        self.stop(kill=kill)
         return self.start()

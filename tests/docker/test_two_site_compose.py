@@ -34,7 +34,11 @@ def test_eu_orders_cross_from_site_a_to_site_b():
                 time.sleep(1)
         for i in range(100):
             region = "EU" if i % 2 == 0 else "US"
-            a.send("/queue/orders", f"o{i}", headers={"region": region, "persistent": "true", "receipt": f"r{i}"})
+            a.send(
+                "/queue/orders",
+                f"o{i}",
+                headers={"region": region, "persistent": "true", "receipt": f"r{i}"},
+            )
         alst.wait_receipt("r99", timeout=30)
         b, blst = connect(port_b)
         b.subscribe("/queue/orders", id="s")

@@ -1,0 +1,334 @@
+"""Bridges to and from a foreign STOMP broker (ActiveMQ, RabbitMQ): at-least-once both ways.
+
+* ``ForeignStompBridge`` (outbound) is a core bridge: the same window, receipts, ordered
+  resends, reconnect/backoff/failover and liveness.  A foreign broker ignores
+  ``_WS_DUPL_ID``, so a resend after a lost receipt may be stored twice: at-least-once.  The
+  header is still sent, so a consumer there can drop the copies itself.  The bridge sends no
+  ``client-id`` (ActiveMQ would refuse a reconnect while it still holds the old connection).
+  The forwarding address is used as the STOMP destination as written (``/queue/orders``).
+* ``ForeignInbound`` subscribes to ``source`` with ``ack:client-individual`` and a prefetch of
+  ``confirmation_window``; each MESSAGE becomes a durable local message on
+  ``forwarding_address`` (its non-protocol headers become properties) and is ACKed on the
+  foreign broker only once the local write is on disk.  A lost link or a failed local write
+  leaves the un-ACKed messages with the foreign broker, which redelivers them on the next
+  connection: nothing is lost, duplicates are possible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from bridges.core_bridge import (
+    CONNECTED,
+    CONNECTING,
+    RETRYING,
+    STOPPED,
+    CoreBridge,
+    _describe,
+    _iso,
+)
+from bridges.reasons import is_authentication_failure
+from bridges.spec import BridgeSpec
+from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink, Target
+from core.message import DEFAULT_PRIORITY, PropertyValue
+from gateway.stomp.codec import Frame
+
+if TYPE_CHECKING:
+    from core.engine import Engine
+
+log = logging.getLogger("waystation.bridge")
+
+# the foreign broker's message id, kept as a property of the local copy
+FOREIGN_MESSAGE_ID = "_WS_FOREIGN_MESSAGE_ID"
+# MESSAGE headers that describe the delivery, not the message
+_PROTOCOL_HEADERS = frozenset(
+    (
+        "destination",
+        "subscription",
+        "message-id",
+        "ack",
+        "content-length",
+        "content-type",
+        "receipt",
+        "redelivered",
+        "persistent",
+        "priority",
+        "expires",
+        "timestamp",
+    )
+)
+SUBSCRIPTION_ID = "ws-inbound"
+
+
+class ForeignStompBridge(CoreBridge):
+    """Outbound into a foreign STOMP broker: a core bridge without remote duplicate detection."""
+
+    def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
+        super().__init__(engine, spec)
+        self._options = LinkOptions(
+            login=spec.user,
+            passcode=spec.password,
+            heartbeat=spec.heartbeat,
+            liveness=spec.liveness_timeout,
+            connect_timeout=spec.liveness_timeout or 30.0,
+            client_id=None,
+        )
+
+    def status(self) -> dict[str, object]:
+        out = super().status()
+        out["foreign"] = self.spec.foreign
+        out["direction"] = "outbound"
+        return out
+
+
+class ForeignInbound:
+    """Consumes a foreign STOMP destination into a local address, at least once."""
+
+    def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
+        if not spec.source or not spec.forwarding_address:
+            raise ValueError(f"bridge {spec.name}: an inbound bridge needs a source and an address")
+        self.engine = engine
+        self.spec = spec
+        self.source: str = spec.source
+        self.address: str = spec.forwarding_address
+        self.state = STOPPED
+        self.url: str | None = None
+        self.next_attempt: float | None = None
+        self.received = 0  # MESSAGE frames taken in
+        self.forwarded = 0  # stored locally and ACKed to the foreign broker
+        self.failed = 0  # failed connection attempts and lost links
+        self.last_error: str | None = None
+        self._options = LinkOptions(
+            login=spec.user,
+            passcode=spec.password,
+            heartbeat=spec.heartbeat,
+            liveness=spec.liveness_timeout,
+            connect_timeout=spec.liveness_timeout or 30.0,
+        )
+        self._link: StompLink | None = None
+        self._pending = 0  # local writes not yet on disk, on the current link
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._progress = False
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def start(self) -> None:
+        spec = self.spec
+        for why in spec.skipped:
+            log.warning("bridge %s: url skipped: %s", spec.name, why)
+        if not spec.targets:
+            self.last_error = "no usable url: " + "; ".join(spec.skipped)
+            log.error("bridge %s: not started: %s", spec.name, self.last_error)
+            return
+        self._stopping = False
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        """Close the link; un-ACKed messages stay with (and are redelivered by) the remote."""
+        self._stopping = True
+        task, self._task = self._task, None
+        link = self._link
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if link is not None:
+            link.close("bridge stopping")
+            await link.wait_closed()
+        self._link = None
+        self.next_attempt = None
+        self._set_state(STOPPED)
+
+    # -- the connection loop ----------------------------------------------------------------
+    async def _run(self) -> None:
+        policy = self.spec.retry
+        failures = 0
+        while not self._stopping:
+            self._set_state(CONNECTING)
+            got = await self._connect_any()
+            if got is not None:
+                await self._serve(*got)
+                if self._stopping:
+                    return
+                if self._progress:
+                    failures = 0
+                    continue
+            failures += 1
+            self.failed += 1
+            if policy.exhausted(failures):
+                self.last_error = f"gave up after {failures} failed attempts: {self.last_error}"
+                log.error("bridge %s: %s", self.spec.name, self.last_error)
+                self._set_state(STOPPED)
+                return
+            delay = policy.delay(failures)
+            self.next_attempt = time.time() + delay
+            self._set_state(RETRYING)
+            await asyncio.sleep(delay)
+            self.next_attempt = None
+
+    async def _connect_any(self) -> tuple[StompLink, Target] | None:
+        errors: list[str] = []
+        for target in self.spec.targets:
+            if self._stopping:
+                return None
+            try:
+                return await StompLink.open(target, self._options), target
+            except ConnectRefused as e:
+                what = (
+                    "credentials refused"
+                    if is_authentication_failure(e.message)
+                    else "connection refused"
+                )
+                errors.append(f"{target}: {what}: {e}")
+            except Exception as e:
+                errors.append(f"{target}: {_describe(e)}")
+        self.last_error = "; ".join(errors)
+        return None
+
+    async def _serve(self, link: StompLink, target: Target) -> None:
+        link.on_frame = lambda frame: self._on_frame(link, frame)
+        self._link = link
+        self._pending = 0
+        self._progress = False
+        self.url = str(target)
+        started = time.monotonic()
+        window = str(self.spec.window)
+        link.send_frame(
+            "SUBSCRIBE",
+            {
+                "id": SUBSCRIPTION_ID,
+                "destination": self.source,
+                "ack": "client-individual" if link.version != "1.0" else "client",
+                "activemq.prefetchSize": window,  # ActiveMQ
+                "prefetch-count": window,  # RabbitMQ
+            },
+        )
+        self._set_state(CONNECTED)
+        try:
+            reason = await asyncio.shield(link.closed)
+        finally:
+            if self._link is link:
+                self._link = None
+            link.close("bridge stopping")
+        self.last_error = reason
+        if time.monotonic() - started >= self.spec.retry.interval:
+            self._progress = True
+        log.info(
+            "bridge %s: link to %s lost: %s (%d received, %d stored and acked, %d writes pending)",
+            self.spec.name,
+            target,
+            reason,
+            self.received,
+            self.forwarded,
+            self._pending,
+        )
+        await link.wait_closed()
+
+    # -- messages -------------------------------------------------------------------------
+    def _on_frame(self, link: StompLink, frame: Frame) -> None:
+        if frame.command == "ERROR":
+            h = frame.headers
+            text = h.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
+            link.close(f"remote ERROR: {text}")
+        elif frame.command == "MESSAGE":
+            self._on_message(link, frame)
+
+    def _on_message(self, link: StompLink, frame: Frame) -> None:
+        h = frame.headers
+        self.received += 1
+        ack = _ack_headers(link.version, h)
+        try:
+            msg = self.engine.make_message(
+                self.address,
+                frame.body,
+                _properties(h),
+                durable=True,
+                priority=_int(h.get("priority"), DEFAULT_PRIORITY, 0, 9),
+                expiration=_int(h.get("expires"), 0, 0, None),
+            )
+            fut = self.engine.send(msg)
+        except Exception as e:  # not stored: the remote redelivers it on the next link
+            log.exception("bridge %s: storing a message from %s failed", self.spec.name, self.url)
+            link.close(f"local store refused a message: {_describe(e)}")
+            return
+        if fut is None:
+            self._acked(link, ack)
+            return
+        self._pending += 1
+        fut.add_done_callback(lambda f: self._stored(link, ack, f))
+
+    def _stored(self, link: StompLink, ack: dict[str, str], fut: asyncio.Future[None]) -> None:
+        if link is self._link:
+            self._pending -= 1
+        exc = None if fut.cancelled() else fut.exception()
+        if fut.cancelled() or exc is not None:
+            why = _describe(exc) if exc is not None else "cancelled"
+            link.close(f"local write failed: {why}")  # the remote redelivers what is un-ACKed
+            return
+        self._acked(link, ack)
+
+    def _acked(self, link: StompLink, ack: dict[str, str]) -> None:
+        if link is not self._link:
+            return  # the link is gone: the remote redelivers this one, a duplicate locally
+        link.send_frame("ACK", ack)
+        self.forwarded += 1
+        self._progress = True
+
+    # -- state ------------------------------------------------------------------------------
+    def _set_state(self, state: str) -> None:
+        if state == self.state:
+            return
+        self.state = state
+        name = self.spec.name
+        if state == CONNECTED:
+            log.info("bridge %s: consuming %s at %s", name, self.source, self.url)
+        elif state == RETRYING:
+            log.warning(
+                "bridge %s: retrying at %s: %s", name, _iso(self.next_attempt), self.last_error
+            )
+        elif state != CONNECTING:
+            log.info("bridge %s: %s", name, state)
+
+    def status(self) -> dict[str, object]:
+        return {
+            "name": self.spec.name,
+            "remote_node": self.spec.remote_node,
+            "foreign": self.spec.foreign,
+            "direction": "inbound",
+            "source": self.source,
+            "address": self.address,
+            "state": self.state,
+            "url": self.url if self._link is not None else None,
+            "next_attempt": _iso(self.next_attempt) if self.state == RETRYING else None,
+            "in_flight": self._pending,
+            "received": self.received,
+            "forwarded": self.forwarded,
+            "failed": self.failed,
+            "last_error": self.last_error,
+        }
+
+
+def _ack_headers(version: str, h: dict[str, str]) -> dict[str, str]:
+    if version == "1.2":
+        return {"id": h.get("ack", h.get("message-id", ""))}
+    return {"message-id": h.get("message-id", ""), "subscription": h.get("subscription", "")}
+
+
+def _properties(h: dict[str, str]) -> dict[str, PropertyValue]:
+    props: dict[str, PropertyValue] = {k: v for k, v in h.items() if k not in _PROTOCOL_HEADERS}
+    if "message-id" in h:
+        props[FOREIGN_MESSAGE_ID] = h["message-id"]
+    return props
+
+
+def _int(text: str | None, default: int, low: int, high: int | None) -> int:
+    try:
+        v = int(text) if text is not None else default
+    except ValueError:
+        return default
+    v = max(low, v)
+    return min(v, high) if high is not None else v
