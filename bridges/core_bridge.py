@@ -58,10 +58,10 @@ from bridges.reasons import (
     REMOTE_AUTHENTICATION,
     ROUTING_TIMEOUT,
     classify_error,
-    is_authentication_failure,
 )
+from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink, Target
+from bridges.stomp_link import LinkOptions, StompLink, Target
 from core.consumer import Consumer, ConsumerError, Delivery
 from core.divert import Transformer, load_transformer
 from core.message import (
@@ -105,11 +105,6 @@ _NOT_FORWARDED = frozenset(
 SOURCE_QUEUE_SETTINGS = AddressSettings(max_delivery_attempts=-1, redelivery_delay_ms=0)
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
-CONNECTING = "connecting"
-CONNECTED = "connected"
-RETRYING = "retrying"
-STOPPED = "stopped"
-
 
 class _Entry:
     """One message the bridge holds: delivered to it and not yet confirmed or given up."""
@@ -126,7 +121,7 @@ class _Entry:
         self.in_doubt = False  # sent on a link that failed before the receipt came
 
 
-class CoreBridge:
+class CoreBridge(Redialing):
     """One ``[[bridges]]`` entry at run time; also the ``DeliveryHandler`` of its consumer."""
 
     def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
@@ -223,6 +218,9 @@ class CoreBridge:
         self.next_attempt = None
         self._set_state(STOPPED)
 
+    def _gave_up(self) -> None:
+        self._release()
+
     def _release(self) -> None:
         sub, self._sub = self._sub, None
         self._consumer = None
@@ -246,58 +244,6 @@ class CoreBridge:
                 self._link.close(self.last_error)
             self._release()
             self._set_state(STOPPED)
-
-    async def _connection_loop(self) -> None:
-        policy = self.spec.retry
-        failures = 0
-        while not self._stopping:
-            self._set_state(CONNECTING)
-            got = await self._connect_any()
-            if got is not None:
-                await self._serve(*got)
-                if self._stopping:
-                    return
-                if self._progress:
-                    failures = 0
-                    continue  # the link worked: redial at once
-            failures += 1
-            self.failed += 1
-            if policy.exhausted(failures):
-                self.last_error = f"gave up after {failures} failed attempts: {self.last_error}"
-                log.error("bridge %s: %s", self.spec.name, self.last_error)
-                self._release()
-                self._set_state(STOPPED)
-                return
-            delay = policy.delay(failures)
-            self.next_attempt = time.time() + delay
-            self._set_state(RETRYING)
-            await asyncio.sleep(delay)
-            self.next_attempt = None
-
-    async def _connect_any(self) -> tuple[StompLink, Target] | None:
-        errors: list[str] = []
-        auth = False
-        for target in self.spec.targets:
-            if self._stopping:
-                return None
-            try:
-                link = await StompLink.open(target, self._options)
-            except ConnectRefused as e:
-                refused = is_authentication_failure(e.message)
-                auth |= refused
-                what = "credentials refused" if refused else "connection refused"
-                errors.append(f"{target}: {what}: {e}")
-            except (OSError, EOFError) as e:
-                errors.append(f"{target}: {_describe(e)}")
-            except Exception as e:  # a bug must not end the bridge: count it as a failure
-                log.exception("bridge %s: connecting to %s failed", self.spec.name, target)
-                errors.append(f"{target}: {_describe(e)}")
-            else:
-                self._auth_refused = False
-                return link, target
-        self._auth_refused = auth
-        self.last_error = "; ".join(errors)
-        return None
 
     async def _serve(self, link: StompLink, target: Target) -> None:
         link.on_frame = self._on_frame
@@ -650,14 +596,6 @@ def _text(v: PropertyValue) -> str:
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
     return str(v)
-
-
-def _describe(e: BaseException) -> str:
-    text = str(e)
-    name = type(e).__name__
-    if isinstance(e, TimeoutError) and not text:
-        return "timed out"
-    return f"{name}: {text}" if text else name
 
 
 def _iso(t: float | None) -> str | None:

@@ -22,18 +22,10 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from bridges.core_bridge import (
-    CONNECTED,
-    CONNECTING,
-    RETRYING,
-    STOPPED,
-    CoreBridge,
-    _describe,
-    _iso,
-)
-from bridges.reasons import is_authentication_failure
+from bridges.core_bridge import CoreBridge, _iso
+from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, describe
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink, Target
+from bridges.stomp_link import LinkOptions, StompLink, Target
 from core.message import DEFAULT_PRIORITY, PropertyValue
 from gateway.stomp.codec import Frame
 
@@ -85,7 +77,7 @@ class ForeignStompBridge(CoreBridge):
         return out
 
 
-class ForeignInbound:
+class ForeignInbound(Redialing):
     """Consumes a foreign STOMP destination into a local address, at least once."""
 
     def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
@@ -114,6 +106,7 @@ class ForeignInbound:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._progress = False
+        self._auth_refused = False
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -145,49 +138,7 @@ class ForeignInbound:
 
     # -- the connection loop ----------------------------------------------------------------
     async def _run(self) -> None:
-        policy = self.spec.retry
-        failures = 0
-        while not self._stopping:
-            self._set_state(CONNECTING)
-            got = await self._connect_any()
-            if got is not None:
-                await self._serve(*got)
-                if self._stopping:
-                    return
-                if self._progress:
-                    failures = 0
-                    continue
-            failures += 1
-            self.failed += 1
-            if policy.exhausted(failures):
-                self.last_error = f"gave up after {failures} failed attempts: {self.last_error}"
-                log.error("bridge %s: %s", self.spec.name, self.last_error)
-                self._set_state(STOPPED)
-                return
-            delay = policy.delay(failures)
-            self.next_attempt = time.time() + delay
-            self._set_state(RETRYING)
-            await asyncio.sleep(delay)
-            self.next_attempt = None
-
-    async def _connect_any(self) -> tuple[StompLink, Target] | None:
-        errors: list[str] = []
-        for target in self.spec.targets:
-            if self._stopping:
-                return None
-            try:
-                return await StompLink.open(target, self._options), target
-            except ConnectRefused as e:
-                what = (
-                    "credentials refused"
-                    if is_authentication_failure(e.message)
-                    else "connection refused"
-                )
-                errors.append(f"{target}: {what}: {e}")
-            except Exception as e:
-                errors.append(f"{target}: {_describe(e)}")
-        self.last_error = "; ".join(errors)
-        return None
+        await self._connection_loop()
 
     async def _serve(self, link: StompLink, target: Target) -> None:
         link.on_frame = lambda frame: self._on_frame(link, frame)
@@ -253,7 +204,7 @@ class ForeignInbound:
             fut = self.engine.send(msg)
         except Exception as e:  # not stored: the remote redelivers it on the next link
             log.exception("bridge %s: storing a message from %s failed", self.spec.name, self.url)
-            link.close(f"local store refused a message: {_describe(e)}")
+            link.close(f"local store refused a message: {describe(e)}")
             return
         if fut is None:
             self._acked(link, ack)
@@ -266,7 +217,7 @@ class ForeignInbound:
             self._pending -= 1
         exc = None if fut.cancelled() else fut.exception()
         if fut.cancelled() or exc is not None:
-            why = _describe(exc) if exc is not None else "cancelled"
+            why = describe(exc) if exc is not None else "cancelled"
             link.close(f"local write failed: {why}")  # the remote redelivers what is un-ACKed
             return
         self._acked(link, ack)

@@ -1,0 +1,101 @@
+"""The connection loop every bridge shares: dial the urls in failover order, serve a link
+until it closes, back off between failed rounds, give up after ``reconnect_attempts``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bridges.reasons import is_authentication_failure
+from bridges.spec import BridgeSpec
+from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink, Target
+
+log = logging.getLogger("waystation.bridge")
+
+CONNECTING = "connecting"
+CONNECTED = "connected"
+RETRYING = "retrying"
+STOPPED = "stopped"
+
+
+def describe(e: BaseException) -> str:
+    text = str(e)
+    name = type(e).__name__
+    if isinstance(e, TimeoutError) and not text:
+        return "timed out"
+    return f"{name}: {text}" if text else name
+
+
+class Redialing:
+    """Base of the bridge kinds; subclasses implement ``_serve`` and ``_set_state``."""
+
+    spec: BridgeSpec
+    failed: int
+    last_error: str | None
+    next_attempt: float | None
+    _options: LinkOptions
+    _stopping: bool
+    _progress: bool  # the last link moved messages: redial at once, without backing off
+    _auth_refused: bool  # the last round failed on credentials
+
+    def _set_state(self, state: str) -> None:
+        raise NotImplementedError
+
+    async def _serve(self, link: StompLink, target: Target) -> None:
+        raise NotImplementedError
+
+    def _gave_up(self) -> None:
+        """Called once the loop stops for good (reconnect_attempts exhausted)."""
+
+    async def _connection_loop(self) -> None:
+        policy = self.spec.retry
+        failures = 0
+        while not self._stopping:
+            self._set_state(CONNECTING)
+            got = await self._connect_any()
+            if got is not None:
+                await self._serve(*got)
+                if self._stopping:
+                    return
+                if self._progress:
+                    failures = 0
+                    continue  # the link worked: redial at once
+            failures += 1
+            self.failed += 1
+            if policy.exhausted(failures):
+                self.last_error = f"gave up after {failures} failed attempts: {self.last_error}"
+                log.error("bridge %s: %s", self.spec.name, self.last_error)
+                self._gave_up()
+                self._set_state(STOPPED)
+                return
+            delay = policy.delay(failures)
+            self.next_attempt = time.time() + delay
+            self._set_state(RETRYING)
+            await asyncio.sleep(delay)
+            self.next_attempt = None
+
+    async def _connect_any(self) -> tuple[StompLink, Target] | None:
+        errors: list[str] = []
+        auth = False
+        for target in self.spec.targets:
+            if self._stopping:
+                return None
+            try:
+                link = await StompLink.open(target, self._options)
+            except ConnectRefused as e:
+                refused = is_authentication_failure(e.message)
+                auth |= refused
+                what = "credentials refused" if refused else "connection refused"
+                errors.append(f"{target}: {what}: {e}")
+            except (OSError, EOFError) as e:
+                errors.append(f"{target}: {describe(e)}")
+            except Exception as e:  # a bug must not end the bridge: count it as a failure
+                log.exception("bridge %s: connecting to %s failed", self.spec.name, target)
+                errors.append(f"{target}: {describe(e)}")
+            else:
+                self._auth_refused = False
+                return link, target
+        self._auth_refused = auth
+        self.last_error = "; ".join(errors)
+        return None
