@@ -53,6 +53,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from bridges.outgoing import send_frame
 from bridges.reasons import (
     IN_DOUBT_TIMEOUT,
     REMOTE_AUTHENTICATION,
@@ -65,41 +66,18 @@ from bridges.stomp_link import LinkOptions, StompLink, Target
 from core.consumer import Consumer, ConsumerError, Delivery
 from core.divert import Transformer, load_transformer
 from core.message import (
-    DEFAULT_PRIORITY,
-    DUPLICATE_ID,
-    ORIGINAL_ADDRESS,
-    ROUTE_TO_NODE,
     Message,
-    PropertyValue,
     now_ms,
 )
 from core.queue import ANYCAST
 from core.settings import AddressSettings
-from gateway.stomp.codec import Frame, encode_frame
+from gateway.stomp.codec import Frame
 
 if TYPE_CHECKING:
     from core.engine import Engine, Subscription
 
 log = logging.getLogger("waystation.bridge")
 
-# A user's own duplicate id travels on under this name (the bridge's id takes _WS_DUPL_ID).
-SOURCE_DUPLICATE_ID = "_WS_SRC_DUPL_ID"
-# Headers the remote would read as instructions rather than properties; a property of that
-# name is not forwarded.  Scheduled delays were applied here already.
-_NOT_FORWARDED = frozenset(
-    (
-        "destination",
-        "receipt",
-        "transaction",
-        "content-length",
-        "persistent",
-        "priority",
-        "expires",
-        "AMQ_SCHEDULED_DELAY",
-        "scheduled-delay",
-        ROUTE_TO_NODE,
-    )
-)
 # Delivery attempts of a bridge are link failures, not consumer failures: they must never
 # dead-letter a message as "max-deliveries" or delay its resend.
 SOURCE_QUEUE_SETTINGS = AddressSettings(max_delivery_attempts=-1, redelivery_delay_ms=0)
@@ -380,38 +358,15 @@ class CoreBridge(Redialing):
         return f"{self.engine.node_name}/{self.spec.name}/{msg.id}"
 
     def _frame(self, entry: _Entry, version: str) -> bytes:
-        if entry.frame is not None and entry.version == version:
-            return entry.frame
-        msg = entry.message
-        if self.transform is not None:
-            msg = self.transform(msg.copy(msg.id))
-        props = msg.properties
-        orig = props.get(ORIGINAL_ADDRESS)
-        dest = self.spec.forwarding_address or (orig if isinstance(orig, str) and orig else None)
-        headers: list[tuple[str, str]] = [
-            ("destination", dest or msg.address),
-            ("receipt", str(entry.tag)),
-        ]
-        if msg.durable:
-            headers.append(("persistent", "true"))
-        if msg.priority != DEFAULT_PRIORITY:
-            headers.append(("priority", str(msg.priority)))
-        if msg.expiration:
-            headers.append(("expires", str(msg.expiration)))
-        stamp = self.spec.duplicate_detection
-        if stamp:
-            headers.append((DUPLICATE_ID, self.duplicate_id(entry.message)))
-        routed = ROUTE_TO_NODE in props
-        for k, v in props.items():
-            if v is None or k in _NOT_FORWARDED:
-                continue
-            if routed and k == ORIGINAL_ADDRESS:
-                continue  # store-and-forward bookkeeping, now the destination
-            if stamp and k == DUPLICATE_ID:
-                k = SOURCE_DUPLICATE_ID
-            headers.append((k, _text(v)))
-        entry.frame = encode_frame("SEND", headers, msg.body, version, content_length=True)
-        entry.version = version
+        if entry.frame is None or entry.version != version:
+            msg = entry.message
+            if self.transform is not None:
+                msg = self.transform(msg.copy(msg.id))
+            dup = self.duplicate_id(entry.message) if self.spec.duplicate_detection else None
+            entry.frame = send_frame(
+                msg, str(entry.tag), self.spec.forwarding_address, dup, version
+            )
+            entry.version = version
         return entry.frame
 
     # -- the remote's answers -----------------------------------------------------------------
@@ -586,16 +541,6 @@ class CoreBridge(Redialing):
             "dead_lettered": self.dead_lettered,
             "last_error": self.last_error,
         }
-
-
-def _text(v: PropertyValue) -> str:
-    if isinstance(v, str):
-        return v
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    return str(v)
 
 
 def _iso(t: float | None) -> str | None:

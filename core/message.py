@@ -32,6 +32,17 @@ DIVERT_PATH = "_WS_DIVERT_PATH"
 DEFAULT_PRIORITY = 4
 
 
+def property_text(v: PropertyValue) -> str:
+    """A property value as text, for protocols whose headers are strings."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    return str(v)
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from core.consumer import ConsumerError, Delivery
 from core.engine import Engine, Subscription
 from core.filter import FilterError
-from core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms
+from core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms, property_text
 from core.postoffice import AddressFull, RoutingError
 from core.queue import MULTICAST
 from core.security import AuthenticationError, NotAuthorized, Permission, Principal
@@ -545,7 +545,7 @@ class StompSession:
         extra: dict[str, str] = {}
         for k, v in msg.properties.items():
             if k not in _OWN_HEADERS and v is not None:
-                extra[k] = v if isinstance(v, str) else _prop_text(v)
+                extra[k] = v if isinstance(v, str) else property_text(v)
         if msg.durable:
             extra["persistent"] = "true"
         if msg.priority != DEFAULT_PRIORITY:
@@ -722,11 +722,3 @@ def _int_header(h: dict[str, str], name: str, lo: int, hi: int | None) -> int:
             f"invalid {name} header {v}: expected {lo}..{hi if hi is not None else 'any'}"
         )
     return v
-
-
-def _prop_text(v: PropertyValue) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    return str(v)
