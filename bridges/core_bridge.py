@@ -60,9 +60,9 @@ from bridges.reasons import (
     ROUTING_TIMEOUT,
     classify_error,
 )
-from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing
+from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import LinkOptions, StompLink, Target
+from bridges.stomp_link import StompLink, Target
 from core.consumer import Consumer, ConsumerError, Delivery
 from core.divert import Transformer, load_transformer
 from core.message import (
@@ -115,14 +115,7 @@ class CoreBridge(Redialing):
         self.transform: Transformer | None = (
             load_transformer(spec.transformer) if spec.transformer else None
         )
-        self._options = LinkOptions(
-            login=spec.user,
-            passcode=spec.password,
-            heartbeat=spec.heartbeat,
-            liveness=spec.liveness_timeout,
-            connect_timeout=spec.liveness_timeout or 30.0,
-            client_id=f"bridge.{engine.node_name}.{spec.name}",
-        )
+        self._options = link_options(spec, client_id=f"bridge.{engine.node_name}.{spec.name}")
         self._entries: dict[int, _Entry] = {}  # by consumer tag, in delivery order
         self._unsent: deque[int] = deque()  # tags to send on the current link, in order
         self._careful: set[int] = set()  # suspects of an unattributed ERROR
@@ -143,13 +136,9 @@ class CoreBridge(Redialing):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        spec = self.spec
-        for why in spec.skipped:
-            log.warning("bridge %s: url skipped: %s", spec.name, why)
-        if not spec.targets:
-            self.last_error = "no usable url: " + "; ".join(spec.skipped)
-            log.error("bridge %s: not started: %s", spec.name, self.last_error)
+        if not self._has_targets():
             return
+        spec = self.spec
         self._stopping = False
         self._down_since_ms = now_ms()
         self._prepare_source_queue()

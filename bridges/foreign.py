@@ -23,9 +23,17 @@ import time
 from typing import TYPE_CHECKING
 
 from bridges.core_bridge import CoreBridge, _iso
-from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, describe
+from bridges.redial import (
+    CONNECTED,
+    CONNECTING,
+    RETRYING,
+    STOPPED,
+    Redialing,
+    describe,
+    link_options,
+)
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import LinkOptions, StompLink, Target
+from bridges.stomp_link import StompLink, Target
 from core.message import DEFAULT_PRIORITY, PropertyValue
 from gateway.stomp.codec import Frame
 
@@ -61,14 +69,8 @@ class ForeignStompBridge(CoreBridge):
 
     def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
         super().__init__(engine, spec)
-        self._options = LinkOptions(
-            login=spec.user,
-            passcode=spec.password,
-            heartbeat=spec.heartbeat,
-            liveness=spec.liveness_timeout,
-            connect_timeout=spec.liveness_timeout or 30.0,
-            client_id=None,
-        )
+        # no client-id: ActiveMQ refuses a reconnect while it still holds the old connection
+        self._options = link_options(spec)
 
     def status(self) -> dict[str, object]:
         out = super().status()
@@ -94,13 +96,7 @@ class ForeignInbound(Redialing):
         self.forwarded = 0  # stored locally and ACKed to the foreign broker
         self.failed = 0  # failed connection attempts and lost links
         self.last_error: str | None = None
-        self._options = LinkOptions(
-            login=spec.user,
-            passcode=spec.password,
-            heartbeat=spec.heartbeat,
-            liveness=spec.liveness_timeout,
-            connect_timeout=spec.liveness_timeout or 30.0,
-        )
+        self._options = link_options(spec)
         self._link: StompLink | None = None
         self._pending = 0  # local writes not yet on disk, on the current link
         self._task: asyncio.Task[None] | None = None
@@ -110,12 +106,7 @@ class ForeignInbound(Redialing):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
-        spec = self.spec
-        for why in spec.skipped:
-            log.warning("bridge %s: url skipped: %s", spec.name, why)
-        if not spec.targets:
-            self.last_error = "no usable url: " + "; ".join(spec.skipped)
-            log.error("bridge %s: not started: %s", spec.name, self.last_error)
+        if not self._has_targets():
             return
         self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._run())

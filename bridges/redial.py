@@ -27,6 +27,17 @@ def describe(e: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+def link_options(spec: BridgeSpec, client_id: str | None = None) -> LinkOptions:
+    return LinkOptions(
+        login=spec.user,
+        passcode=spec.password,
+        heartbeat=spec.heartbeat,
+        liveness=spec.liveness_timeout,
+        connect_timeout=spec.liveness_timeout or 30.0,
+        client_id=client_id,
+    )
+
+
 class Redialing:
     """Base of the bridge kinds; subclasses implement ``_serve`` and ``_set_state``."""
 
@@ -44,6 +55,17 @@ class Redialing:
 
     async def _serve(self, link: StompLink, target: Target) -> None:
         raise NotImplementedError
+
+    def _has_targets(self) -> bool:
+        """Log the urls this version cannot dial; False (and the reason) when none is left."""
+        spec = self.spec
+        for why in spec.skipped:
+            log.warning("bridge %s: url skipped: %s", spec.name, why)
+        if spec.targets:
+            return True
+        self.last_error = "no usable url: " + "; ".join(spec.skipped)
+        log.error("bridge %s: not started: %s", spec.name, self.last_error)
+        return False
 
     def _gave_up(self) -> None:
         """Called once the loop stops for good (reconnect_attempts exhausted)."""

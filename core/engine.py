@@ -391,7 +391,7 @@ class Engine:
             ref.queue.dispatch()
         if not ops:
             return None
-        return self.persistence.write(ops, sync)  # type: ignore[return-value]
+        return self.persistence.write(ops, sync)
 
     def rollback(self, tx: Transaction) -> None:
         """Drop the sends; give acked and nacked messages back for redelivery."""

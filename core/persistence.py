@@ -9,6 +9,7 @@ journal every file holding one could never be reclaimed without a compaction.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -115,12 +116,12 @@ class Persistence:
     def duplicate_op(rid: int, address: str, dup_id: str | bytes) -> Op:
         return put(rid, RT_DUPLICATE, _pack((address, dup_id)))
 
-    def write(self, ops: list[Op], sync: bool) -> object:
+    def write(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:
             return None
         return self.journal.write(ops, sync)
 
-    def write_bindings(self, ops: list[Op], sync: bool) -> object:
+    def write_bindings(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:
             return None
         return self.bindings.write(ops, sync)

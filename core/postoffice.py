@@ -532,7 +532,7 @@ class PostOffice:
         sync = self.route(msg, ops, routing)
         if not ops:
             return None
-        return self.persistence.write(ops, sync)  # type: ignore[return-value]
+        return self.persistence.write(ops, sync)
 
     def restore_duplicate(self, rid: int, address: str, dup: str | bytes) -> None:
         self.dup_cache(address).add(dup, rid)

@@ -17,7 +17,7 @@ from bridges.manager import BridgeManager
 from core.divert import DivertError
 from core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
 from core.events import EventSink, JsonlEventLog
-from core.queue import ANYCAST, MULTICAST
+from core.queue import MULTICAST
 from core.security import Permission, SecurityManager, User
 from core.store.api import Journal
 from core.store.journal import FileJournal
@@ -186,4 +186,4 @@ class Node:
         self.stopped.set()
 
 
-__all__ = ["Node", "engine_config", "security_manager", "ANYCAST"]
+__all__ = ["Node", "NodeError", "engine_config", "security_manager"]
