@@ -71,7 +71,7 @@ from core.message import (
 )
 from core.queue import ANYCAST
 from core.settings import AddressSettings
-from gateway.stomp.codec import Frame
+from wire.stomp import Frame
 
 if TYPE_CHECKING:
     from core.engine import Engine, Subscription

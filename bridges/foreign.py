@@ -35,7 +35,7 @@ from bridges.redial import (
 from bridges.spec import BridgeSpec
 from bridges.stomp_link import StompLink, Target
 from core.message import DEFAULT_PRIORITY, PropertyValue
-from gateway.stomp.codec import Frame
+from wire.stomp import Frame
 
 if TYPE_CHECKING:
     from core.engine import Engine

@@ -10,7 +10,7 @@ from core.message import (
     Message,
     property_text,
 )
-from gateway.stomp.codec import encode_frame
+from wire.stomp import encode_frame
 
 # A user's own duplicate id travels on under this name (the bridge's id takes _WS_DUPL_ID).
 SOURCE_DUPLICATE_ID = "_WS_SRC_DUPL_ID"

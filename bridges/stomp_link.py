@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridges.proxy import open_tunnel
-from gateway.stomp.codec import (
+from wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
     Limits,

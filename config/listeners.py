@@ -109,11 +109,101 @@ class StompAcceptor(AcceptorConfig):
         return self
 
 
+class RestConfig(Section):
+    """REST messaging (HornetQ REST chapter): ``/queues/{name}`` and ``/topics/{name}``."""
+
+    enabled: bool = Field(default=True, description="false removes /queues and /topics.")
+    default_durable_send: bool = Field(
+        default=False, description="Whether a POST without ?durable= is persisted."
+    )
+    dups_ok: bool = Field(
+        default=True,
+        description="false: a POST to msg-create answers 307 to a unique create URL "
+        "(duplicate-safe posting).",
+    )
+    use_link_headers: bool = Field(
+        default=False,
+        description="true: links go in one standard Link header instead of msg-* headers.",
+    )
+    producer_time_to_live: Duration = Field(
+        default=duration("0s"), description="Default time to live of posted messages (0 = none)."
+    )
+    consumer_session_timeout: Duration = Field(
+        default=duration("300s"), description="Idle pull consumers older than this are removed."
+    )
+    session_timeout_task_interval: Duration = Field(
+        default=duration("1s"), description="How often idle pull consumers are looked for."
+    )
+    max_accept_wait: Duration = Field(
+        default=duration("60s"),
+        description="Longest Accept-Wait honoured; keep it below proxies' idle timeouts.",
+    )
+    retry_after: Duration = Field(
+        default=duration("5s"), description="Retry-After sent with 503 when no message waits."
+    )
+    max_body_size: Size = Field(default=size("10MiB"), description="Largest posted body.")
+    push_store_dir: str = Field(
+        default="rest-push",
+        description="Folder for durable push registrations; relative paths are under "
+        "node.data_dir.",
+    )
+
+
+class WebSocketConfig(Section):
+    enabled: bool = Field(default=True, description="false refuses WebSocket upgrades.")
+    stomp_path: str = Field(
+        default="/stomp", description="Path for STOMP over WebSocket (v10/v11/v12.stomp)."
+    )
+    max_message_size: Size = Field(
+        default=size("16MiB"), description="Largest WebSocket message accepted."
+    )
+
+
+class TunnelConfig(Section):
+    """The HTTP tunnel: a stream protocol carried over plain HTTP/1.1 requests."""
+
+    enabled: bool = Field(default=True, description="false removes the tunnel endpoint.")
+    path: str = Field(default="/tunnel", description="Path prefix of the tunnel.")
+    response_time: Duration = Field(
+        default=duration("10s"),
+        description="Longest a downstream poll is held before an empty answer; keep it "
+        "below proxies' idle timeouts.",
+    )
+    session_timeout: Duration = Field(
+        default=duration("60s"),
+        description="A session with no request for this long is closed.",
+    )
+    max_request_size: Size = Field(default=size("16MiB"), description="Largest upstream POST body.")
+
+
+class SockJsConfig(Section):
+    enabled: bool = Field(default=True, description="false removes the SockJS endpoint.")
+    stomp_path: str = Field(
+        default="/sockjs/stomp",
+        description="SockJS prefix for STOMP (WebSocket, xhr-streaming and polling).",
+    )
+    heartbeat: Duration = Field(
+        default=duration("25s"), description="SockJS heart-beat frame interval."
+    )
+    disconnect_delay: Duration = Field(
+        default=duration("5s"),
+        description="A polling session with no open request for this long is closed.",
+    )
+
+
 class HttpAcceptor(AcceptorConfig):
     schemes: ClassVar[tuple[str, ...]] = ("http", "https")
     url: HttpListenUrl = Field(
         default=defaults.HTTP_URL,
-        description="http://host:port: REST, WebSocket, tunnel, admin, console.",
+        description="http://host:port: REST, WebSocket, tunnel and SockJS.",
+    )
+    rest: RestConfig = Field(default_factory=RestConfig, description="REST messaging.")
+    websocket: WebSocketConfig = Field(
+        default_factory=WebSocketConfig, description="STOMP over WebSocket."
+    )
+    tunnel: TunnelConfig = Field(default_factory=TunnelConfig, description="HTTP tunnel.")
+    sockjs: SockJsConfig = Field(
+        default_factory=SockJsConfig, description="SockJS endpoint for browsers."
     )
 
 
@@ -154,6 +244,10 @@ __all__ = [
     "AmqpAcceptor",
     "HttpAcceptor",
     "MqttAcceptor",
+    "RestConfig",
+    "SockJsConfig",
     "StompAcceptor",
     "TlsConfig",
+    "TunnelConfig",
+    "WebSocketConfig",
 ]

@@ -21,11 +21,13 @@ from core.queue import MULTICAST
 from core.security import Permission, SecurityManager, User
 from core.store.api import Journal
 from core.store.journal import FileJournal
-from gateway.stomp.codec import Limits
+from gateway.http.server import HttpContext, HttpServer
 from gateway.stomp.server import StompServer
 from gateway.stomp.session import StompOptions
+from wire.stomp import Limits
 
 if TYPE_CHECKING:
+    from config.listeners import StompAcceptor
     from config.schema import Config
 
 log = logging.getLogger("waystation.node")
@@ -93,6 +95,22 @@ def _ms(td: Any) -> int:
     return int(td.total_seconds() * 1000)
 
 
+def stomp_options(st: StompAcceptor) -> StompOptions:
+    """Session options from ``[acceptors.stomp]``; WebSocket and tunnel sessions share them."""
+    return StompOptions(
+        Limits(
+            max_frame_size=st.max_frame_size,
+            max_headers=st.max_headers,
+            max_header_length=st.max_header_length,
+            max_body_size=st.max_body_size,
+        ),
+        heartbeat_send_ms=_ms(st.heartbeat_send),
+        heartbeat_receive_ms=_ms(st.heartbeat_receive),
+        heartbeat_min_ms=_ms(st.heartbeat_min),
+        connection_ttl=st.connection_ttl.total_seconds(),
+    )
+
+
 class Node:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
@@ -141,25 +159,20 @@ class Node:
         t0 = time.monotonic()
         await self.engine.start()
         acc = self.cfg.acceptors
+        options = stomp_options(acc.stomp)
         if acc.stomp.enabled:
-            st = acc.stomp
-            ep = st.endpoint
-            options = StompOptions(
-                Limits(
-                    max_frame_size=st.max_frame_size,
-                    max_headers=st.max_headers,
-                    max_header_length=st.max_header_length,
-                    max_body_size=st.max_body_size,
-                ),
-                heartbeat_send_ms=_ms(st.heartbeat_send),
-                heartbeat_receive_ms=_ms(st.heartbeat_receive),
-                heartbeat_min_ms=_ms(st.heartbeat_min),
-                connection_ttl=st.connection_ttl.total_seconds(),
-            )
-            server = StompServer(self.engine, ep.host, ep.port, options, server_tls(st.tls))
+            ep = acc.stomp.endpoint
+            server = StompServer(self.engine, ep.host, ep.port, options, server_tls(acc.stomp.tls))
             await server.start()
             self.servers.append(server)
-        for name in ("http", "amqp", "mqtt"):
+        if acc.http.enabled:
+            ep = acc.http.endpoint
+            data_dir = Path(self.cfg.node.data_dir) if self.cfg.node.persistence else None
+            ctx = HttpContext(self.engine, acc.http, options, data_dir)
+            http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
+            await http.start()
+            self.servers.append(http)
+        for name in ("amqp", "mqtt"):
             if getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
         await self.bridges.start()
@@ -168,7 +181,9 @@ class Node:
     def ports(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for s in self.servers:
-            if s.server is not None and s.server.sockets:
+            if isinstance(s, HttpServer):
+                out["http"] = s.bound_port()
+            elif s.server is not None and s.server.sockets:
                 out["stomp"] = s.server.sockets[0].getsockname()[1]
         return out
 

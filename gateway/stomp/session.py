@@ -22,7 +22,8 @@ from core.queue import MULTICAST
 from core.security import AuthenticationError, NotAuthorized, Permission, Principal
 from core.transaction import Transaction, TransactionError
 from gateway.link import Link
-from gateway.stomp.codec import (
+from gateway.stomp.destinations import format_destination, parse_destination
+from wire.stomp import (
     Frame,
     Limits,
     StompError,
@@ -31,7 +32,6 @@ from gateway.stomp.codec import (
     encode_message,
     encode_receipt,
 )
-from gateway.stomp.destinations import format_destination, parse_destination
 
 log = logging.getLogger("waystation.stomp")
 

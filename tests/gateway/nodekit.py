@@ -44,10 +44,19 @@ class NodeProcess:
         extra_config: str = "",
         name: str = "test-node",
         log_level: str = "INFO",
+        http: bool | str = False,
     ) -> None:
+        """``http``: True opens the HTTP listener on ``http_port``; a string also adds its
+        lines to the ``[acceptors.http]`` table."""
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stomp_port = free_port()
+        self.http_port = free_port() if http else 0
+        http_table = ""
+        if http:
+            extra = http if isinstance(http, str) else ""
+            http_table = f'[acceptors.http]\nurl = "http://127.0.0.1:{self.http_port}"\n{extra}\n'
+        http_line = "" if http else "http = false"
         self.name = name
         self.config_path = workdir / "node.toml"
         self.config_path.write_text(
@@ -59,9 +68,10 @@ log_level = "{log_level}"
 
 [acceptors]
 stomp = "tcp://127.0.0.1:{self.stomp_port}"
-http = false
+{http_line}
 amqp = false
 mqtt = false
+{http_table}
 {extra_config}
 """
         )
@@ -82,7 +92,13 @@ mqtt = false
         )
         log.close()
         self.ready_seconds = wait_port(self.stomp_port, proc=self.proc)
+        if self.http_port:
+            wait_port(self.http_port, proc=self.proc)
         return self
+
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
 
     def stop(self, timeout: float = 15) -> int:
         if self.proc is None or self.proc.poll() is not None:

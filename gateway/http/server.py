@@ -1,0 +1,96 @@
+"""One aiohttp listener that every HTTP-borne feature mounts its routes on.
+
+Each feature module has ``setup(app, ctx)``: it adds its routes and registers its own
+start and stop work on the app's signals, so this module knows none of them in detail.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from core.engine import Engine
+from gateway.stomp.session import StompOptions
+
+if TYPE_CHECKING:
+    from config.listeners import HttpAcceptor
+
+log = logging.getLogger("waystation.http")
+
+
+@dataclass(slots=True)
+class HttpContext:
+    """What the HTTP features share: the engine, their config, and STOMP session options
+    (WebSocket, tunnel and SockJS sessions are STOMP sessions like TCP ones)."""
+
+    engine: Engine
+    cfg: HttpAcceptor
+    stomp: StompOptions
+    data_dir: Path | None  # None: persistence off (durable push registrations kept in memory)
+
+
+CONTEXT = web.AppKey("context", HttpContext)
+
+
+class HttpServer:
+    def __init__(
+        self, ctx: HttpContext, host: str, port: int, tls: ssl.SSLContext | None = None
+    ) -> None:
+        from gateway.http import rest, sockjs, tunnel
+        from gateway.websocket import stomp_ws
+
+        self.ctx = ctx
+        self.host = host
+        self.port = port
+        self.tls = tls
+        cfg = ctx.cfg
+        self.app = web.Application(
+            client_max_size=max(cfg.rest.max_body_size, cfg.tunnel.max_request_size)
+        )
+        self.app[CONTEXT] = ctx
+        if cfg.rest.enabled:
+            rest.setup(self.app, ctx)
+        if cfg.websocket.enabled:
+            stomp_ws.setup(self.app, ctx)
+        if cfg.tunnel.enabled:
+            tunnel.setup(self.app, ctx)
+        if cfg.sockjs.enabled:
+            sockjs.setup(self.app, ctx)
+        self.runner: web.AppRunner | None = None
+        self.site: web.TCPSite | None = None
+
+    async def start(self) -> None:
+        self.runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=2.0
+        )
+        await self.runner.setup()
+        self.site = web.TCPSite(
+            self.runner,
+            self.host,
+            self.port,
+            ssl_context=self.tls,
+            reuse_address=True,
+            backlog=1024,
+        )
+        await self.site.start()
+        scheme = "https" if self.tls else "http"
+        log.info("HTTP listening on %s://%s:%d", scheme, self.host, self.bound_port())
+
+    def bound_port(self) -> int:
+        if self.runner is not None and self.runner.addresses:
+            return int(self.runner.addresses[0][1])
+        return self.port
+
+    async def stop(self) -> None:
+        """Close WebSockets, long polls and tunnel sessions (on_shutdown), then the port."""
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+__all__ = ["CONTEXT", "HttpContext", "HttpServer"]

@@ -1,0 +1,102 @@
+"""STOMP over WebSocket at ``/stomp``: the TCP session, fed WebSocket messages.
+
+Subprotocols ``v12.stomp``, ``v11.stomp`` and ``v10.stomp`` are offered (a client that asks
+for none is served too, as RabbitMQ does).  Frames written during one loop turn leave as
+one WebSocket message; stomp.js and the STOMP parsers of other clients read several frames
+from one message.  A message is sent as text when it is valid UTF-8, otherwise as binary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+
+from aiohttp import WSMsgType, web
+
+from gateway.http.server import HttpContext
+from gateway.queued_link import QueuedLink
+from gateway.stomp.session import StompSession
+
+log = logging.getLogger("waystation.websocket")
+
+SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+_SOCKETS = web.AppKey("stomp_ws_sockets", weakref.WeakSet[web.WebSocketResponse])
+
+
+def peer_of(request: web.Request) -> str:
+    peer = request.transport.get_extra_info("peername") if request.transport else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
+async def _pump(ws: web.WebSocketResponse, link: QueuedLink) -> None:
+    """Send what the session writes, one WebSocket message per batch."""
+    while True:
+        await link.wait()
+        data = link.take()
+        if data:
+            try:
+                data.decode()
+                opcode = WSMsgType.TEXT
+            except UnicodeDecodeError:
+                opcode = WSMsgType.BINARY
+            await ws.send_frame(data, opcode)
+        if link.closing and not link.pending:
+            await ws.close()
+            return
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
+    app[_SOCKETS] = sockets
+    cfg = ctx.cfg.websocket
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(
+            protocols=SUBPROTOCOLS,
+            max_msg_size=cfg.max_message_size,
+            compress=False,
+            autoping=True,
+        )
+        if not ws.can_prepare(request).ok:
+            raise web.HTTPBadRequest(text="this path takes WebSocket upgrades (STOMP)\n")
+        await ws.prepare(request)
+        sockets.add(ws)
+        link = QueuedLink(peer_of(request))
+        session = StompSession(ctx.engine, link, ctx.stomp)
+        link.target = session
+        pump = asyncio.ensure_future(_pump(ws, link))
+        try:
+            async for msg in ws:
+                if msg.type is WSMsgType.TEXT:
+                    session.data_received(msg.data.encode())
+                elif msg.type is WSMsgType.BINARY:
+                    session.data_received(msg.data)
+                elif msg.type is WSMsgType.ERROR:
+                    log.info("WebSocket %s: %s", link.peer, ws.exception())
+                    break
+                if session.closed:
+                    break
+                if not link.reading.is_set():
+                    await link.reading.wait()
+        finally:
+            session.connection_lost()
+            if not link.closing:
+                link.close()
+            try:
+                await asyncio.wait_for(pump, 2.0)
+            except (TimeoutError, ConnectionError, asyncio.CancelledError):
+                pump.cancel()
+            if not ws.closed:
+                await ws.close()
+        return ws
+
+    async def close_all(app: web.Application) -> None:
+        for ws in list(sockets):
+            await ws.close(code=1001, message=b"server shutdown")
+
+    app.router.add_get(cfg.stomp_path, handle)
+    app.on_shutdown.append(close_all)
+
+
+__all__ = ["SUBPROTOCOLS", "peer_of", "setup"]
