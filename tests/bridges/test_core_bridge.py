@@ -29,9 +29,9 @@ from core.consumer import Delivery
 from core.engine import Engine, EngineConfig
 from core.message import Message
 from core.settings import AddressSettings
-from gateway.stomp.codec import Limits
 from gateway.stomp.server import StompServer
 from gateway.stomp.session import StompOptions
+from wire.stomp import Limits
 
 pytestmark = pytest.mark.timeout(60)
 
