@@ -1,0 +1,129 @@
+"""A real squid (Debian package) on loopback for proxy tests, run in the foreground.
+
+By default it behaves like a strict corporate proxy: plain HTTP requests pass, ``CONNECT``
+and WebSocket upgrades are denied (403), nothing is cached.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from nodekit import free_port, wait_port
+
+SQUID = "/usr/sbin/squid"
+
+
+def ensure_squid() -> str:
+    """The squid binary, installing the Debian package when it is missing."""
+    if not Path(SQUID).exists():
+        subprocess.run(
+            ["apt-get", "install", "-y", "squid"],
+            check=True,
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            capture_output=True,
+        )
+    return SQUID
+
+
+class Squid:
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        deny_connect: bool = True,
+        deny_upgrade: bool = True,
+        idle_timeout: int = 60,
+    ) -> None:
+        self.workdir = workdir
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.workdir, 0o777)  # squid drops to the proxy user for its logs
+        self.port = free_port()
+        rules = []
+        if deny_connect:
+            rules.append("http_access deny CONNECT")
+        if deny_upgrade:
+            rules += ["acl upgrade req_header Upgrade .", "http_access deny upgrade"]
+        self.conf = workdir / "squid.conf"
+        self.conf.write_text(
+            "\n".join(
+                [
+                    f"http_port 127.0.0.1:{self.port}",
+                    "acl CONNECT method CONNECT",
+                    *rules,
+                    "acl local src 127.0.0.0/8",
+                    "http_access allow local",
+                    "http_access deny all",
+                    "cache deny all",
+                    "cache_mem 8 MB",
+                    f"pid_filename {workdir}/squid.pid",
+                    f"access_log stdio:{workdir}/access.log",
+                    f"cache_log {workdir}/cache.log",
+                    "cache_store_log none",
+                    f"coredump_dir {workdir}",
+                    "shutdown_lifetime 0 seconds",
+                    f"read_timeout {idle_timeout} seconds",
+                    f"client_lifetime {idle_timeout * 10} seconds",
+                    "forwarded_for delete",
+                    "via off",
+                    "",
+                ]
+            )
+        )
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Squid:
+        ensure_squid()
+        out = open(self.workdir / "squid.out", "ab")  # noqa: SIM115 - owned by the child
+        self.proc = subprocess.Popen(
+            [SQUID, "-N", "-f", str(self.conf)], stdout=out, stderr=subprocess.STDOUT
+        )
+        out.close()
+        try:
+            wait_port(self.port, timeout=30, proc=self.proc)
+        except RuntimeError as e:
+            raise RuntimeError(f"{e}\n{self.log()}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """Stop (dropping every connection through it), wait, start on the same port."""
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+
+    def access_log(self) -> str:
+        p = self.workdir / "access.log"
+        return p.read_text(errors="replace") if p.exists() else ""
+
+    def log(self) -> str:
+        parts = []
+        for name in ("squid.out", "cache.log"):
+            p = self.workdir / name
+            if p.exists():
+                parts.append(p.read_text(errors="replace")[-3000:])
+        return "\n".join(parts)
+
+
+def squid_available() -> bool:
+    return shutil.which("squid") is not None or Path(SQUID).exists()
+
+
+__all__ = ["Squid", "ensure_squid"]
