@@ -49,13 +49,12 @@ def bridge_toml(name: str, remote: str, ports: Iterable[int], **options: object)
 
 
 def stomp_limits(node: NodeProcess, **limits: object) -> None:
-    """Replace the node's one-line STOMP acceptor with a table carrying ``limits``."""
+    """Add ``limits`` to the node's ``[acceptors.stomp]`` table."""
     text = node.config_path.read_text()
-    line = f'stomp = "tcp://127.0.0.1:{node.stomp_port}"\n'
+    line = f'url = "tcp://127.0.0.1:{node.stomp_port}"\n'
     assert line in text
-    table = "\n[acceptors.stomp]\n" + f'url = "tcp://127.0.0.1:{node.stomp_port}"\n'
-    table += "".join(f"{k} = {toml_value(v)}\n" for k, v in limits.items())
-    node.config_path.write_text(text.replace(line, "") + table)
+    extra = "".join(f"{k} = {toml_value(v)}\n" for k, v in limits.items())
+    node.config_path.write_text(text.replace(line, line + extra, 1))
 
 
 @dataclass

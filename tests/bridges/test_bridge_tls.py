@@ -10,15 +10,13 @@ from test_stomp_tls import self_signed
 
 def test_bridge_over_tls(tmp_path):
     cert, key = self_signed(tmp_path)
-    b = NodeProcess(tmp_path / "b", name="site-b")
-    plain = f'stomp = "tcp://127.0.0.1:{b.stomp_port}"'
-    tls_port = b.stomp_port
-    b.config_path.write_text(
-        b.config_path.read_text().replace(
-            plain,
-            f'stomp = {{ url = "tls://127.0.0.1:{tls_port}", tls = {{ cert = "{cert}", key = "{key}" }} }}',
-        )
+    b = NodeProcess(
+        tmp_path / "b",
+        name="site-b",
+        stomp_scheme="tls",
+        stomp=f'tls = {{ cert = "{cert}", key = "{key}" }}',
     )
+    tls_port = b.stomp_port
     opts = "".join(f"{k} = {toml_value(v)}\n" for k, v in FAST_LINK.items())
     a = NodeProcess(
         tmp_path / "a",

@@ -45,9 +45,11 @@ class NodeProcess:
         name: str = "test-node",
         log_level: str = "INFO",
         http: bool | str = False,
+        stomp: str = "",
+        stomp_scheme: str = "tcp",
     ) -> None:
         """``http``: True opens the HTTP listener on ``http_port``; a string also adds its
-        lines to the ``[acceptors.http]`` table."""
+        lines to the ``[acceptors.http]`` table.  ``stomp``: lines for ``[acceptors.stomp]``."""
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stomp_port = free_port()
@@ -57,6 +59,10 @@ class NodeProcess:
             extra = http if isinstance(http, str) else ""
             http_table = f'[acceptors.http]\nurl = "http://127.0.0.1:{self.http_port}"\n{extra}\n'
         http_line = "" if http else "http = false"
+        stomp_table = (
+            f'[acceptors.stomp]\nurl = "{stomp_scheme}://127.0.0.1:{self.stomp_port}"\n{stomp}\n'
+        )
+
         self.name = name
         self.config_path = workdir / "node.toml"
         self.config_path.write_text(
@@ -67,10 +73,10 @@ data_dir = "data"
 log_level = "{log_level}"
 
 [acceptors]
-stomp = "tcp://127.0.0.1:{self.stomp_port}"
 {http_line}
 amqp = false
 mqtt = false
+{stomp_table}
 {http_table}
 {extra_config}
 """

@@ -51,8 +51,9 @@ consume = ["rw"]
 [[queues]]
 name = "private.inbox"  # declared: consumers here may not create queues
 
-[acceptors.stomp]
-url = "tcp://127.0.0.1:PORT"
+"""
+
+STOMP_LIMITS = """
 max_frame_size = "40KiB"
 max_body_size = "32KiB"
 max_headers = 20
@@ -65,16 +66,7 @@ heartbeat_min = "100ms"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    from nodekit import free_port
-
-    port = free_port()
-    n = NodeProcess(
-        tmp_path_factory.mktemp("stomp-errors"), extra_config=USERS.replace("PORT", str(port))
-    )
-    # the acceptors table above replaces the default stomp line: rewrite the config
-    text = n.config_path.read_text().replace(f'stomp = "tcp://127.0.0.1:{n.stomp_port}"\n', "")
-    n.config_path.write_text(text)
-    n.stomp_port = port
+    n = NodeProcess(tmp_path_factory.mktemp("stomp-errors"), extra_config=USERS, stomp=STOMP_LIMITS)
     n.start()
     yield n
     n.stop()
@@ -271,13 +263,7 @@ def test_most_specific_permission_pattern_decides(node):
 
 
 def test_connection_ttl_closes_a_silent_client_without_heart_beats(tmp_path):
-    n = NodeProcess(tmp_path, extra_config="")
-    text = n.config_path.read_text().replace(
-        f'stomp = "tcp://127.0.0.1:{n.stomp_port}"',
-        f'stomp = {{ url = "tcp://127.0.0.1:{n.stomp_port}", connection_ttl = "1s" }}',
-    )
-    n.config_path.write_text(text)
-    n.start()
+    n = NodeProcess(tmp_path, stomp='connection_ttl = "1s"').start()
     try:
         r = RawStomp(n.stomp_port)
         assert r.connect("1.0").startswith(b"CONNECTED")

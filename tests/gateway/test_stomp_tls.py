@@ -50,13 +50,9 @@ def self_signed(tmp_path):
 
 def test_stomp_over_tls(tmp_path):
     cert, key = self_signed(tmp_path)
-    node = NodeProcess(tmp_path / "node")
-    text = node.config_path.read_text().replace(
-        f'stomp = "tcp://127.0.0.1:{node.stomp_port}"',
-        f'stomp = {{ url = "tls://127.0.0.1:{node.stomp_port}", tls = {{ cert = "{cert}", key = "{key}" }} }}',
-    )
-    node.config_path.write_text(text)
-    node.start()
+    node = NodeProcess(
+        tmp_path / "node", stomp_scheme="tls", stomp=f'tls = {{ cert = "{cert}", key = "{key}" }}'
+    ).start()
     try:
         conn = stomp.Connection12([("127.0.0.1", node.stomp_port)])
         conn.set_ssl(for_hosts=[("127.0.0.1", node.stomp_port)], ca_certs=str(cert))
