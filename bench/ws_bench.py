@@ -25,10 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import stomp_bench as sb  # noqa: E402
 
 URLS = {"waystation": "ws://127.0.0.1:8161/stomp", "rabbitmq": "ws://127.0.0.1:15674/ws"}
+# No client-ack row: bench.py's stomp-ws client never writes its ACK frames (its STOMP
+# protocol object has no transport over WebSocket), so only a broker with unlimited prefetch
+# (RabbitMQ's default) finishes that mode; Waystation stops at its 1000-message window.
 MODES = {
     "nonpersistent": ("--mode", "nonpersistent"),
     "live": ("--mode", "live"),
-    "client-ack": ("--mode", "nonpersistent", "--ack", "client-individual"),
     "persistent-batch": ("--mode", "persistent-batch", "--batch", "1000"),
 }
 RATES = ("send_rate", "recv_rate", "e2e_rate")
@@ -59,7 +61,7 @@ def run_one(name: str, mode: str, a: argparse.Namespace, pid: int | None) -> dic
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--targets", default="waystation,rabbitmq")
-    ap.add_argument("--modes", default="nonpersistent,live,client-ack,persistent-batch")
+    ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--n", type=int, default=100000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--bench-dir", type=Path, default=sb.DEFAULT_BENCH_DIR)
