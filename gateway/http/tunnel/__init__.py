@@ -1,0 +1,66 @@
+"""HTTP tunnel: a stream protocol (STOMP; later AMQP, MQTT) over plain HTTP/1.1 requests,
+for clients behind proxies that allow neither ``CONNECT`` nor WebSocket upgrades.
+
+Protocol (``{path}`` is ``[acceptors.http.tunnel] path``, default ``/tunnel``; names in
+:mod:`wire.tunnel`).  Every answer has ``Cache-Control: no-store``; bodies are
+``application/octet-stream``; errors are ``text/plain`` saying what was wrong.
+
+- ``POST {path}/open?protocol=stomp`` -> 201 ``{"session", "response_time",
+  "session_timeout"}``; the session id is 128 random bits.  Unknown protocol -> 400 naming
+  the known ones.
+- ``POST {path}/{sid}/up?offset=N``: the body is upstream bytes from stream offset N.  Only
+  bytes beyond what the server has are fed to the protocol, so a repeated POST is harmless.
+  200 with ``X-Tunnel-Received`` = upstream bytes received.  N beyond that -> 409 with the
+  same header.  The answer waits while the protocol holds reading back (backpressure).
+  An empty body is a keep-alive (the client sends one while its reader is full and it
+  cannot poll).
+- ``GET {path}/{sid}/down?ack=M``: M = downstream bytes the client has.  The server forgets
+  bytes before M and answers the bytes from M (``X-Tunnel-Offset``: M), at most 256 KiB,
+  holding the poll up to ``response_time`` while there is nothing, then 200 empty.  A lost
+  answer is asked again with the same M.  One poll per session: a newer poll makes a held
+  one answer empty.  M beyond what was sent -> 409 with ``X-Tunnel-Sent``.
+- When the protocol closes the session (an ERROR frame, DISCONNECT), the remaining bytes are
+  still delivered; the answer carrying the last of them has ``X-Tunnel-Closed: 1``.  A poll
+  that acknowledges everything then ends the session.
+- ``DELETE {path}/{sid}`` -> 204 and the session ends.  A session with no request for
+  ``session_timeout`` ends.  On server shutdown every session ends.  An ended session's
+  protocol session gets ``connection_lost()``; a held poll answers ``X-Tunnel-Closed: 1``;
+  later requests get 410 (for one ``session_timeout``), unknown ids 404.
+
+Server side only; the client is :mod:`client.tunnel`.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.http.server import HttpContext
+from gateway.http.tunnel.protocols import StreamSession, register
+from gateway.http.tunnel.registry import Registry
+from gateway.http.tunnel.routes import Routes
+
+REGISTRY = web.AppKey("tunnel_registry", Registry)
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    registry = Registry(ctx)
+    app[REGISTRY] = registry
+    path = ctx.cfg.tunnel.path.rstrip("/")
+    Routes(registry).add(app, path)
+
+    async def no_store(request: web.Request, response: web.StreamResponse) -> None:
+        if request.path.startswith(path + "/"):
+            response.headers["Cache-Control"] = "no-store"
+
+    async def start(app: web.Application) -> None:
+        await registry.start()
+
+    async def stop(app: web.Application) -> None:
+        await registry.stop()
+
+    app.on_response_prepare.append(no_store)
+    app.on_startup.append(start)
+    app.on_shutdown.append(stop)
+
+
+__all__ = ["REGISTRY", "StreamSession", "register", "setup"]

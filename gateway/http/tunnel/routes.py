@@ -1,0 +1,117 @@
+"""The tunnel's HTTP requests: open, upstream POST, downstream poll, close."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.http.tunnel.protocols import PROTOCOLS, known
+from gateway.http.tunnel.registry import Registry
+from gateway.http.tunnel.session import Ended, TunnelSession
+from gateway.websocket.stomp_ws import peer_of
+from wire.tunnel import (
+    CONTENT_TYPE,
+    H_CLOSED,
+    H_OFFSET,
+    H_RECEIVED,
+    H_SENT,
+    PARAM_ACK,
+    PARAM_OFFSET,
+    PARAM_PROTOCOL,
+    SESSION_ID,
+    OffsetError,
+    SessionInfo,
+    parse_offset,
+)
+
+
+def _text(status: int, text: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=text + "\n", headers=headers)
+
+
+class Routes:
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        cfg = registry.ctx.cfg.tunnel
+        self.response_time = cfg.response_time.total_seconds()
+        self.max_request = cfg.max_request_size
+
+    def add(self, app: web.Application, path: str) -> None:
+        app.router.add_post(f"{path}/open", self.open)
+        app.router.add_post(path + "/{sid}/up", self.up)
+        app.router.add_get(path + "/{sid}/down", self.down)
+        app.router.add_delete(path + "/{sid}", self.delete)
+
+    def _session(self, request: web.Request) -> TunnelSession | web.Response:
+        sid = request.match_info["sid"]
+        found = self.registry.lookup(sid) if SESSION_ID.fullmatch(sid) else False
+        if found is True:
+            return _text(410, f"tunnel session {sid} is closed")
+        if found is False:
+            return _text(404, f"no tunnel session {sid[:40]!r} (unknown or expired)")
+        assert isinstance(found, TunnelSession)
+        return found
+
+    async def open(self, request: web.Request) -> web.Response:
+        protocol = request.query.get(PARAM_PROTOCOL)
+        if protocol not in PROTOCOLS:
+            what = "missing" if protocol is None else f"unknown protocol {protocol[:40]!r}"
+            return _text(400, f"{PARAM_PROTOCOL}: {what}; known: {known()}")
+        session = self.registry.open(protocol, peer_of(request))
+        info = SessionInfo(session.sid, self.response_time, self.registry.session_timeout).to_json()
+        return web.json_response(info, status=201)
+
+    async def up(self, request: web.Request) -> web.Response:
+        found = self._session(request)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        try:
+            offset = parse_offset(request.query.get(PARAM_OFFSET), PARAM_OFFSET)
+        except ValueError as e:
+            return _text(400, str(e))
+        if request.content_length is not None and request.content_length > self.max_request:
+            return _text(413, f"upstream body over max_request_size ({self.max_request} bytes)")
+        session.begin()
+        try:
+            data = await request.read()
+            received = await session.up(offset, data)
+        except OffsetError as e:
+            return _text(409, f"{e}; resend from {e.expected}", {H_RECEIVED: str(e.expected)})
+        except Ended:
+            return _text(410, f"tunnel session {session.sid} is closed")
+        finally:
+            session.done()
+        return web.Response(status=200, headers={H_RECEIVED: str(received)})
+
+    async def down(self, request: web.Request) -> web.Response:
+        found = self._session(request)
+        if isinstance(found, web.Response):
+            return found
+        session = found
+        try:
+            ack = parse_offset(request.query.get(PARAM_ACK), PARAM_ACK)
+        except ValueError as e:
+            return _text(400, str(e))
+        session.begin()
+        try:
+            offset, body, closed = await session.down(ack, self.response_time)
+        except OffsetError as e:
+            return _text(409, str(e), {H_SENT: str(e.expected)})
+        finally:
+            session.done()
+        headers = {H_OFFSET: str(offset)}
+        if closed:
+            headers[H_CLOSED] = "1"
+            if not body:  # the client has everything: the session is over
+                self.registry.end(session, "stream closed and fully delivered")
+        return web.Response(body=body, headers=headers, content_type=CONTENT_TYPE)
+
+    async def delete(self, request: web.Request) -> web.Response:
+        found = self._session(request)
+        if isinstance(found, web.Response):
+            return found
+        self.registry.end(found, "closed by the client")
+        return web.Response(status=204)
+
+
+__all__ = ["Routes"]
