@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -33,13 +34,15 @@ def ensure_squid() -> str:
 class Squid:
     def __init__(
         self,
-        workdir: Path,
+        workdir: Path | None = None,
         *,
         deny_connect: bool = True,
         deny_upgrade: bool = True,
         idle_timeout: int = 60,
     ) -> None:
-        self.workdir = workdir
+        # squid writes its logs as the proxy user, who cannot enter pytest's tmp_path (only
+        # root can): by default it gets a folder of its own under /tmp
+        self.workdir = workdir or Path(tempfile.mkdtemp(prefix="squid-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o777)  # squid drops to the proxy user for its logs
         self.port = free_port()
