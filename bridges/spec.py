@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waystation.bridge")
 
-SUPPORTED_SCHEMES = ("tcp", "tls")
+SUPPORTED_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https")
 
 
 @dataclass(slots=True)
@@ -65,8 +65,9 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
                 proxy.port if proxy else 0,
                 proxy.username if proxy else None,
                 proxy.password if proxy else None,
-                tls=ep.scheme == "tls",
+                scheme=ep.scheme,
                 tls_ca=str(cfg.tls_ca) if cfg.tls_ca is not None else None,
+                path=ep.path,
             )
         )
     in_doubt = cfg.in_doubt_timeout.total_seconds()

@@ -1,10 +1,11 @@
 """An outbound STOMP connection: the sans-I/O codec over asyncio streams, with heart-beats
 and a liveness check.
 
-``StompLink.open`` dials (directly or through an HTTP proxy), sends CONNECT and returns once
-CONNECTED arrived.  After that every frame from the remote goes to ``on_frame``, writes made
-in one loop turn leave in one batch, and ``closed`` resolves with the reason when the link
-ends for any cause: EOF, a socket error, a protocol error, or silence.
+``StompLink.open`` dials (tcp, tls, ws, wss or the http/https tunnel; directly or through an
+HTTP proxy), sends CONNECT and returns once CONNECTED arrived.  After that every frame from
+the remote goes to ``on_frame``, writes made in one loop turn leave in one batch, and
+``closed`` resolves with the reason when the link ends for any cause: EOF, a socket error, a
+protocol error, or silence.
 
 Liveness: a path that black-holes packets gives no RST, so the link watches its input.  If
 nothing (no frame, no heart-beat) arrives for ``liveness`` seconds it closes itself.  Remote
@@ -26,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bridges.proxy import open_tunnel
+from client.tunnel import open_tunnel_connection
+from client.websocket import open_websocket_connection
 from wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
@@ -51,9 +54,14 @@ class ConnectRefused(Exception):
         self.detail = detail
 
 
+TLS_SCHEMES = ("tls", "wss", "https")
+DEFAULT_PATHS = {"ws": "/stomp", "wss": "/stomp", "http": "/tunnel", "https": "/tunnel"}
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
-    """Where to connect: the remote node, and optionally the HTTP proxy in between."""
+    """Where to connect: the remote node (``scheme``: tcp, tls, ws, wss, http or https; ``path``
+    for the HTTP ones), and optionally the HTTP proxy in between."""
 
     host: str
     port: int
@@ -61,12 +69,36 @@ class Target:
     proxy_port: int = 0
     proxy_user: str | None = None
     proxy_password: str | None = None
-    tls: bool = False
+    scheme: str = "tcp"
     tls_ca: str | None = None  # PEM bundle to verify the remote; None: the system's CAs
+    path: str = ""
+
+    @property
+    def tls(self) -> bool:
+        return self.scheme in TLS_SCHEMES
+
+    @property
+    def url(self) -> str:
+        """The remote's URL (an HTTP one gets its default path when none was given)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        path = self.path if self.path not in ("", "/") else DEFAULT_PATHS.get(self.scheme, "")
+        return f"{self.scheme}://{host}:{self.port}{path}"
+
+    @property
+    def proxy_url(self) -> str | None:
+        """The proxy as ``http://host:port`` (credentials apart, in ``proxy_auth``)."""
+        if not self.proxy_host:
+            return None
+        host = f"[{self.proxy_host}]" if ":" in self.proxy_host else self.proxy_host
+        return f"http://{host}:{self.proxy_port}"
+
+    @property
+    def proxy_auth(self) -> tuple[str, str] | None:
+        return None if self.proxy_user is None else (self.proxy_user, self.proxy_password or "")
 
     def __str__(self) -> str:
         via = f" via proxy {self.proxy_host}:{self.proxy_port}" if self.proxy_host else ""
-        return f"{'tls' if self.tls else 'tcp'}://{self.host}:{self.port}{via}"
+        return f"{self.url}{via}"
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return ssl.create_default_context(cafile=self.tls_ca) if self.tls else None
@@ -122,26 +154,7 @@ class StompLink:
         Raises OSError (and TimeoutError) when the remote cannot be reached, ConnectRefused
         when it answers with ERROR (bad credentials, for instance)."""
         async with asyncio.timeout(options.connect_timeout or None):
-            ctx = target.ssl_context()
-            if target.proxy_host:
-                reader, writer = await open_tunnel(
-                    target.proxy_host,
-                    target.proxy_port,
-                    target.host,
-                    target.port,
-                    target.proxy_user,
-                    target.proxy_password,
-                )
-                if ctx is not None:  # TLS end to end, inside the proxy's tunnel
-                    await writer.start_tls(ctx, server_hostname=target.host)
-            else:
-                reader, writer = await asyncio.open_connection(
-                    target.host,
-                    target.port,
-                    limit=READ_CHUNK,
-                    ssl=ctx,
-                    server_hostname=target.host if ctx else None,
-                )
+            reader, writer = await dial(target, options)
             try:
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
@@ -344,6 +357,51 @@ class StompLink:
             await asyncio.wait_for(self.writer.wait_closed(), grace)
         except Exception:
             self.writer.transport.abort()
+
+
+async def dial(
+    target: Target, options: LinkOptions
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Open the byte stream to ``target`` by its scheme; the caller applies the timeout.
+
+    tcp/tls: a socket, or a ``CONNECT`` tunnel through the proxy with TLS inside it.
+    ws/wss: a WebSocket (through the proxy when there is one).  http/https: the HTTP tunnel,
+    whose requests pass proxies that allow nothing but plain requests; it rides out a proxy
+    restart by retrying for up to ``liveness`` seconds, as long as the link itself would
+    tolerate the silence (past that the link is declared dead and redialled anyway)."""
+    ctx = target.ssl_context()
+    if target.scheme in ("ws", "wss"):
+        return await open_websocket_connection(
+            target.url, proxy=target.proxy_url, proxy_auth=target.proxy_auth, ssl=ctx
+        )
+    if target.scheme in ("http", "https"):
+        return await open_tunnel_connection(
+            target.url,
+            proxy=target.proxy_url,
+            proxy_auth=target.proxy_auth,
+            ssl=ctx,
+            protocol="stomp",
+            retry_for=options.liveness or options.connect_timeout or 30.0,
+        )
+    if target.proxy_host:
+        reader, writer = await open_tunnel(
+            target.proxy_host,
+            target.proxy_port,
+            target.host,
+            target.port,
+            target.proxy_user,
+            target.proxy_password,
+        )
+        if ctx is not None:  # TLS end to end, inside the proxy's tunnel
+            await writer.start_tls(ctx, server_hostname=target.host)
+        return reader, writer
+    return await asyncio.open_connection(
+        target.host,
+        target.port,
+        limit=READ_CHUNK,
+        ssl=ctx,
+        server_hostname=target.host if ctx else None,
+    )
 
 
 def _ignore(frame: Frame) -> None:

@@ -48,14 +48,18 @@ class BridgeConfig(Section):
     )
     urls: list[BridgeUrl] = Field(
         min_length=1,
-        description="Remote endpoints in failover order (tcp, tls, ws, wss, http, https).",
+        description="Remote endpoints in failover order: tcp://, tls://, ws:// and wss:// "
+        "(path default /stomp), http:// and https:// for the HTTP tunnel (path default /tunnel).",
     )
     proxy: ProxyUrl | None = Field(
-        default=None, description="HTTP proxy, http://user:pass@host:port."
+        default=None,
+        description="HTTP proxy for every url, http://user:pass@host:port: tcp/tls and wss/https "
+        "go through CONNECT, ws:// is an HTTP request with an Upgrade, the tunnel plain requests.",
     )
     tls_ca: ConfigPath | None = Field(
         default=None,
-        description="PEM CA bundle that verifies tls:// remotes (default: the system's CAs).",
+        description="PEM CA bundle that verifies tls://, wss:// and https:// remotes "
+        "(default: the system's CAs).",
     )
     user: str | None = Field(default=None, description="User on the remote node.")
     password: str | None = Field(
@@ -141,12 +145,15 @@ class BridgeConfig(Section):
             )
         if self.password is not None and self.user is None:
             problems.append((("password",), "a password needs a user"))
-        if self.foreign:
-            for i, url in enumerate(self.urls):
-                if parse_url(url, BRIDGE_SCHEMES, path_allowed=True).scheme in ("http", "https"):
-                    problems.append(
-                        (("urls", i), "a foreign broker cannot be reached over the HTTP tunnel")
-                    )
+        for i, ep in enumerate(self.endpoints()):
+            if ep.scheme in ("tcp", "tls") and ep.path not in ("", "/"):
+                problems.append(
+                    (("urls", i), f"a {ep.scheme}:// url must not have a path, got {ep.path!r}")
+                )
+            if self.foreign and ep.scheme in ("http", "https"):
+                problems.append(
+                    (("urls", i), "a foreign broker cannot be reached over the HTTP tunnel")
+                )
         if self.direction == "inbound":
             if not self.foreign:
                 problems.append((("direction",), 'only a foreign bridge can be "inbound"'))

@@ -81,7 +81,7 @@ def test_proxy_request_and_status():
         parse_status(b"SSH-2.0-OpenSSH\r\n\r\n")
 
 
-def test_spec_from_config_skips_transports_not_supported_yet():
+def test_spec_from_config():
     from bridges.spec import spec_from_config
     from config import parse_config
 
@@ -101,8 +101,11 @@ routing_timeout = "1m"
     )
     spec = spec_from_config(cfg.bridges[0])
     assert spec.queue == "sf.site-b"
-    assert spec.targets == [Target("127.0.0.1", 61623, "127.0.0.1", 3128, "pu", "pp")]
-    assert len(spec.skipped) == 1 and "not supported yet" in spec.skipped[0]
+    assert spec.targets == [
+        Target("127.0.0.1", 8171, "127.0.0.1", 3128, "pu", "pp", scheme="ws", path="/stomp"),
+        Target("127.0.0.1", 61623, "127.0.0.1", 3128, "pu", "pp"),
+    ]
+    assert spec.skipped == []  # every scheme the config accepts can be dialled
     assert spec.retry.interval == 0.25 and spec.routing_timeout == 60.0
     assert spec.window == 1000 and spec.duplicate_detection
 

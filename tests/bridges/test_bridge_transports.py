@@ -1,0 +1,420 @@
+"""Bridge transports beyond tcp/tls: STOMP over WebSocket (``ws://.../stomp``) and the HTTP
+tunnel (``http://.../tunnel``), directly and through a real squid that denies CONNECT and
+WebSocket upgrades.  Two real nodes each time; the WebSocket streams are also checked alone
+against an in-process aiohttp server."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from aiohttp import WSMsgType, web
+from nodekit import NodeProcess, free_port
+from sitekit import (
+    FAST_LINK,
+    Drain,
+    check_once_in_order,
+    collect,
+    send_all,
+    toml_value,
+    wait_log,
+)
+from squidkit import Squid
+
+from client.websocket import WebSocketRefused, open_websocket_connection
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def squid_dir() -> Iterator[Path]:
+    """A folder squid's ``proxy`` user can reach (pytest's tmp_path sits in a 0700 folder)."""
+    d = Path(tempfile.mkdtemp(prefix="squid-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def bridge_to(urls: list[str], **options: object) -> str:
+    """site-a's ``[[bridges]]`` entry to site-b over ``urls``."""
+    opts: dict[str, object] = {**FAST_LINK, **options}
+    lines = [
+        "[[bridges]]",
+        'name = "to-b"',
+        'remote_node = "site-b"',
+        f"urls = {toml_value(urls)}",
+        *(f"{k} = {toml_value(v)}" for k, v in opts.items()),
+    ]
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def start_pair(tmp: Path, url_of, **options: object) -> tuple[NodeProcess, NodeProcess]:  # noqa: ANN001
+    """site-b with its HTTP listener, then site-a bridged to ``url_of(b)``."""
+    b = NodeProcess(tmp / "site-b", name="site-b", http=True)
+    a = NodeProcess(tmp / "site-a", name="site-a", extra_config=bridge_to([url_of(b)], **options))
+    b.start()
+    try:
+        a.start()
+    except BaseException:
+        b.stop()
+        raise
+    return a, b
+
+
+def stop_all(*things: NodeProcess | Squid) -> None:
+    for t in things:
+        if isinstance(t, NodeProcess):
+            try:
+                t.stop()
+            except Exception:
+                t.kill9()
+        else:
+            t.stop()
+
+
+def ws_url(b: NodeProcess) -> str:
+    return f"ws://127.0.0.1:{b.http_port}/stomp"
+
+
+def tunnel_url(b: NodeProcess) -> str:
+    return f"http://127.0.0.1:{b.http_port}/tunnel"
+
+
+# -- over WebSocket -----------------------------------------------------------------------------
+def test_ws_bridge_once_in_order_across_a_remote_restart(tmp_path):
+    a, b = start_pair(tmp_path, ws_url)
+    try:
+        bodies = [f"m{i:05d}" for i in range(2000)]
+
+        def restart_b(batch: int) -> None:
+            if batch == 4:  # mid-flow: messages sent, receipts (and forwarding) under way
+                b.restart()
+
+        confirmed = send_all(a.stomp_port, "site-b::orders", bodies, between=restart_b)
+        assert confirmed == bodies  # site-a took every message; site-b's restart is the bridge's
+        received = collect(b.stomp_port, "orders", bodies, timeout=40)
+        check_once_in_order(bodies, confirmed, received)
+        assert len(received) == len(bodies)
+        connected = re.findall(r"bridge to-b: connected to (\S+)", a.log())
+        assert connected[0] == ws_url(b) and len(connected) >= 2, connected
+        assert "link to ws://" in a.log()  # the restart was seen as a lost link
+    finally:
+        stop_all(a, b)
+
+
+def test_ws_bridge_heartbeats_keep_an_idle_link_up(tmp_path):
+    a, b = start_pair(tmp_path, ws_url, heartbeat="200ms", liveness_timeout="800ms")
+    try:
+        wait_log(a, r"bridge to-b: connected to ws://", 10)
+        time.sleep(2)  # idle for several liveness periods: heart-beats must cross the WebSocket
+        assert "lost" not in a.log(), a.log()[-2000:]
+        assert send_all(a.stomp_port, "site-b::orders", ["late"]) == ["late"]
+        assert collect(b.stomp_port, "orders", ["late"], timeout=10, settle=0.2) == ["late"]
+    finally:
+        stop_all(a, b)
+
+
+def test_ws_bridge_through_squid_that_denies_upgrades_fails_clearly(tmp_path, squid_dir):
+    squid = Squid(squid_dir).start()
+    a, b = start_pair(tmp_path, ws_url, proxy=squid.url)
+    try:
+        m = wait_log(a, r"bridge to-b: retrying at \S+: (.*)", 10)
+        error = m.group(1)
+        assert "proxy http://127.0.0.1:" in error and "refused the WebSocket upgrade" in error
+        assert "403 Forbidden" in error and "ERR_ACCESS_DENIED" in error, error
+        assert f"GET http://127.0.0.1:{b.http_port}/stomp" in squid.access_log()
+        assert "TCP_DENIED/403" in squid.access_log()
+    finally:
+        stop_all(a, b, squid)
+
+
+def test_ws_bridge_through_squid_that_allows_upgrades(tmp_path, squid_dir):
+    squid = Squid(squid_dir, deny_upgrade=False)
+    squid.conf.write_text(
+        squid.conf.read_text() + "http_upgrade_request_protocols websocket allow all\n"
+    )
+    squid.start()
+    a, b = start_pair(tmp_path, ws_url, proxy=squid.url)
+    try:
+        bodies = [f"p{i}" for i in range(300)]
+        assert send_all(a.stomp_port, "site-b::orders", bodies) == bodies
+        received = collect(b.stomp_port, "orders", bodies, timeout=20, settle=0.2)
+        check_once_in_order(bodies, bodies, received)
+        assert len(received) == len(bodies)
+        a.stop()  # squid logs a tunnelled request when it ends
+        pattern = rf"TCP_TUNNEL/101 .* GET http://127.0.0.1:{b.http_port}/stomp"
+        end = time.monotonic() + 10
+        while not re.search(pattern, squid.access_log()) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert re.search(pattern, squid.access_log()), squid.access_log()
+    finally:
+        stop_all(a, b, squid)
+
+
+def test_ws_bridge_detects_a_frozen_remote_within_liveness(tmp_path):
+    """A stopped (SIGSTOP) remote sends no RST: the liveness timeout ends the link, and the
+    connect timeout ends the redials that hang in the WebSocket handshake."""
+    a, b = start_pair(tmp_path, ws_url, heartbeat="500ms", liveness_timeout="2s")
+    assert b.proc is not None
+    try:
+        assert send_all(a.stomp_port, "site-b::orders", ["before"]) == ["before"]
+        wait_log(a, r"bridge to-b: connected to ws://", 10)
+        mark = len(a.log())
+        t0 = time.monotonic()
+        b.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_log(a, r"bridge to-b: link to ws://\S+ lost: nothing received for", 8, mark)
+            assert time.monotonic() - t0 < 2.0 + 1.5
+            wait_log(a, r"bridge to-b: retrying at \S+: ws://\S+: timed out", 8, mark)
+        finally:
+            b.proc.send_signal(signal.SIGCONT)
+        assert send_all(a.stomp_port, "site-b::orders", ["after"]) == ["after"]
+        received = collect(b.stomp_port, "orders", ["before", "after"], timeout=20, settle=0.3)
+        assert received == ["before", "after"]
+    finally:
+        stop_all(a, b)
+
+
+@pytest.mark.parametrize(("scheme", "path"), [("wss", "/stomp"), ("https", "/tunnel")])
+def test_bridge_over_tls_websocket_and_tunnel_verified_by_tls_ca(tmp_path, scheme, path):
+    from test_stomp_tls import self_signed
+
+    cert, key = self_signed(tmp_path)
+    b = NodeProcess(
+        tmp_path / "site-b", name="site-b", http=f'tls = {{ cert = "{cert}", key = "{key}" }}'
+    )
+    b.config_path.write_text(b.config_path.read_text().replace('"http://', '"https://'))
+    url = f"{scheme}://127.0.0.1:{b.http_port}{path}"
+    a = NodeProcess(
+        tmp_path / "site-a", name="site-a", extra_config=bridge_to([url], tls_ca=str(cert))
+    )
+    b.start()
+    try:
+        a.start()
+        bodies = [f"{scheme}{i}" for i in range(200)]
+        assert send_all(a.stomp_port, "site-b::orders", bodies) == bodies
+        received = collect(b.stomp_port, "orders", bodies, timeout=20, settle=0.2)
+        check_once_in_order(bodies, bodies, received)
+        assert len(received) == len(bodies)
+        wait_log(a, rf"bridge to-b: connected to {re.escape(url)}", 1)
+    finally:
+        stop_all(a, b)
+
+
+# -- over the HTTP tunnel -----------------------------------------------------------------------
+def test_tunnel_bridge_once_in_order_across_a_remote_restart(tmp_path):
+    a, b = start_pair(tmp_path, tunnel_url)
+    try:
+        bodies = [f"t{i:05d}" for i in range(1000)]
+        confirmed = send_all(
+            a.stomp_port, "site-b::orders", bodies, between=lambda n: n == 2 and b.restart()
+        )
+        assert confirmed == bodies
+        received = collect(b.stomp_port, "orders", bodies, timeout=40)
+        check_once_in_order(bodies, confirmed, received)
+        assert len(received) == len(bodies)
+        connected = re.findall(r"bridge to-b: connected to (\S+)", a.log())
+        assert connected[0] == tunnel_url(b) and len(connected) >= 2, connected
+    finally:
+        stop_all(a, b)
+
+
+def test_tunnel_bridge_through_squid_10000_messages_while_squid_restarts(tmp_path, squid_dir):
+    """The issue's acceptance run: squid denies CONNECT and upgrades; the tunnel's plain
+    requests pass, and a squid restart mid-flow loses and duplicates nothing."""
+    squid = Squid(squid_dir).start()
+    a, b = start_pair(
+        tmp_path,
+        tunnel_url,
+        proxy=squid.url,
+        heartbeat="1s",
+        liveness_timeout="10s",  # also how long the tunnel retries through the restart
+        confirmation_window=500,
+    )
+    drain = Drain(b.stomp_port, "orders")
+    arrived_at_restart: list[int] = []
+
+    def restart_squid(batch: int) -> None:
+        if batch == 25:
+            arrived_at_restart.append(len(drain.messages))
+            squid.restart()
+
+    try:
+        bodies = [f"s{i:05d}" for i in range(10_000)]
+        t0 = time.monotonic()
+        confirmed = send_all(a.stomp_port, "site-b::orders", bodies, between=restart_squid)
+        assert confirmed == bodies
+        drain.wait_all(bodies, 60)
+        elapsed = time.monotonic() - t0
+        time.sleep(0.5)
+        received = drain.bodies()
+        check_once_in_order(bodies, confirmed, received)
+        assert len(received) == len(bodies)
+        assert 0 < arrived_at_restart[0] < len(bodies)  # the restart came mid-flow
+        log = squid.access_log()
+        tunnel = rf"http://127.0.0.1:{b.http_port}/tunnel/"
+        assert re.search(rf"POST {tunnel}open", log), log[-2000:]
+        assert len(re.findall(rf"POST {tunnel}\S+/up", log)) > 10
+        assert len(re.findall(rf"GET {tunnel}\S+/down", log)) > 10
+        assert "CONNECT" not in log
+        # the tunnel rode out the restart: one STOMP session from start to end
+        assert len(re.findall(r"bridge to-b: connected to", a.log())) == 1
+        assert "lost" not in a.log()
+        print(f"tunnel via squid: 10000 messages in {elapsed:.1f}s, squid restarted once")
+    finally:
+        drain.close()
+        stop_all(a, b, squid)
+
+
+def test_tunnel_outage_longer_than_liveness_ends_the_link_in_time(tmp_path, squid_dir):
+    """The tunnel retries for the link's liveness timeout (2 s here), no longer: a proxy
+    that stays away ends the link within it, and the bridge redials once the proxy is back."""
+    squid = Squid(squid_dir).start()
+    a, b = start_pair(tmp_path, tunnel_url, proxy=squid.url)
+    try:
+        first = [f"f{i}" for i in range(100)]
+        assert send_all(a.stomp_port, "site-b::orders", first) == first
+        drain = Drain(b.stomp_port, "orders")
+        try:
+            drain.wait_all(first, 20)
+            mark = len(a.log())
+            t0 = time.monotonic()
+            squid.stop()
+            wait_log(a, r"bridge to-b: link to http://\S+ via proxy \S+ lost: ", 8, mark)
+            detected = time.monotonic() - t0
+            assert detected < 2.0 + 1.5, f"outage noticed after {detected:.1f}s"
+            second = [f"s{i}" for i in range(100)]
+            assert send_all(a.stomp_port, "site-b::orders", second) == second
+            squid.start()
+            drain.wait_all(first + second, 30)
+            time.sleep(0.3)
+            check_once_in_order(first + second, first + second, drain.bodies())
+            assert len(re.findall(r"bridge to-b: connected to", a.log())) >= 2
+        finally:
+            drain.close()
+    finally:
+        stop_all(a, b, squid)
+
+
+# -- the WebSocket streams alone ------------------------------------------------------------------
+class EchoServer:
+    """An aiohttp WebSocket endpoint that records what arrives and echoes it back."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[WSMsgType, bytes]] = []
+        self.protocols: list[str | None] = []
+        self.runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(protocols=("v12.stomp",), max_msg_size=0)
+        await ws.prepare(request)
+        self.protocols.append(ws.ws_protocol)
+        async for msg in ws:
+            data = msg.data.encode() if msg.type is WSMsgType.TEXT else msg.data
+            self.received.append((msg.type, data))
+            if data == b"bye":
+                await ws.close()
+                break
+            await ws.send_bytes(data)
+        return ws
+
+    async def plain(self, request: web.Request) -> web.Response:
+        return web.Response(status=404, text="no WebSocket here")
+
+    async def start(self) -> EchoServer:
+        app = web.Application()
+        app.router.add_get("/ws", self.handle)
+        app.router.add_get("/plain", self.plain)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def stop(self) -> None:
+        if self.runner is not None:
+            await self.runner.cleanup()
+
+
+async def read_exactly(reader: asyncio.StreamReader, n: int) -> bytes:
+    return await asyncio.wait_for(reader.readexactly(n), 5)
+
+
+def test_ws_streams_messages_types_split_and_eof(run):
+    async def main() -> None:
+        srv = await EchoServer().start()
+        try:
+            url = f"ws://127.0.0.1:{srv.port}/ws"
+            reader, writer = await open_websocket_connection(url, max_message_size=1000)
+            assert writer.get_extra_info("subprotocol") == "v12.stomp"
+            assert writer.get_extra_info("peername")[0] == "127.0.0.1"
+            writer.write(b"CONNECT\n\n\x00")
+            writer.write(b"SEND\n\n")  # same loop turn: one message
+            await writer.drain()
+            assert await read_exactly(reader, 16) == b"CONNECT\n\n\x00SEND\n\n"
+            writer.write(b"\xff\x00bin")
+            assert await read_exactly(reader, 5) == b"\xff\x00bin"
+            writer.write(b"x" * 2500)  # past max_message_size: split, nothing lost
+            assert await read_exactly(reader, 2500) == b"x" * 2500
+            await asyncio.sleep(0.1)
+            kinds = [(t, len(d)) for t, d in srv.received]
+            assert kinds == [
+                (WSMsgType.TEXT, 16),
+                (WSMsgType.BINARY, 5),
+                (WSMsgType.TEXT, 1000),
+                (WSMsgType.TEXT, 1000),
+                (WSMsgType.TEXT, 500),
+            ]
+            writer.write(b"bye")  # the server closes: EOF, then the transport is done
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            await asyncio.wait_for(writer.wait_closed(), 5)
+            assert writer.transport.is_closing()
+        finally:
+            await srv.stop()
+
+    run(main())
+
+
+def test_ws_streams_flow_control_and_close(run):
+    async def main() -> None:
+        srv = await EchoServer().start()
+        try:
+            reader, writer = await open_websocket_connection(f"ws://127.0.0.1:{srv.port}/ws")
+            writer.transport.set_write_buffer_limits(high=4096)
+            for _ in range(50):
+                writer.write(b"y" * 1024)
+            assert writer.transport.get_write_buffer_size() > 4096
+            await asyncio.wait_for(writer.drain(), 10)  # waits for the buffer to go down
+            assert writer.transport.get_write_buffer_size() <= 1024
+            assert await read_exactly(reader, 50 * 1024) == b"y" * 50 * 1024
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), 5)
+            assert await reader.read() == b""
+        finally:
+            await srv.stop()
+
+    run(main())
+
+
+def test_ws_refusals_are_os_errors_with_the_status(run):
+    async def main() -> None:
+        srv = await EchoServer().start()
+        try:
+            with pytest.raises(WebSocketRefused, match=r"server refused .* 404 Not Found") as e:
+                await open_websocket_connection(f"ws://127.0.0.1:{srv.port}/plain")
+            assert e.value.status == 404 and isinstance(e.value, OSError)
+            with pytest.raises(OSError, match="Cannot connect"):
+                await open_websocket_connection(f"ws://127.0.0.1:{free_port()}/stomp")
+        finally:
+            await srv.stop()
+
+    run(main())
