@@ -53,6 +53,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from bridges.dial import Target
 from bridges.outgoing import send_frame
 from bridges.reasons import (
     IN_DOUBT_TIMEOUT,
@@ -62,7 +63,7 @@ from bridges.reasons import (
 )
 from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink, Target
+from bridges.stomp_link import StompLink
 from core.consumer import Consumer, ConsumerError, Delivery
 from core.divert import Transformer, load_transformer
 from core.message import (

@@ -23,6 +23,7 @@ import time
 from typing import TYPE_CHECKING
 
 from bridges.core_bridge import CoreBridge, _iso
+from bridges.dial import Target
 from bridges.redial import (
     CONNECTED,
     CONNECTING,
@@ -33,7 +34,7 @@ from bridges.redial import (
     link_options,
 )
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink, Target
+from bridges.stomp_link import StompLink
 from core.message import DEFAULT_PRIORITY, PropertyValue
 from wire.stomp import Frame
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from bridges.backoff import RetryPolicy
-from bridges.stomp_link import Target
+from bridges.dial import Target
 
 if TYPE_CHECKING:
     from config.links import BridgeConfig

@@ -21,14 +21,11 @@ import contextlib
 import itertools
 import logging
 import socket
-import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bridges.proxy import open_tunnel
-from client.tunnel import open_tunnel_connection
-from client.websocket import open_websocket_connection
+from bridges.dial import READ_CHUNK, Target, dial
 from wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
@@ -41,7 +38,6 @@ from wire.stomp import (
 log = logging.getLogger("waystation.bridge.link")
 
 PROBE_PREFIX = "ws-probe-"
-READ_CHUNK = 256 * 1024
 FLUSH_AT = 64 * 1024
 
 
@@ -52,56 +48,6 @@ class ConnectRefused(Exception):
         super().__init__(message + (f" ({detail})" if detail else ""))
         self.message = message
         self.detail = detail
-
-
-TLS_SCHEMES = ("tls", "wss", "https")
-DEFAULT_PATHS = {"ws": "/stomp", "wss": "/stomp", "http": "/tunnel", "https": "/tunnel"}
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """Where to connect: the remote node (``scheme``: tcp, tls, ws, wss, http or https; ``path``
-    for the HTTP ones), and optionally the HTTP proxy in between."""
-
-    host: str
-    port: int
-    proxy_host: str | None = None
-    proxy_port: int = 0
-    proxy_user: str | None = None
-    proxy_password: str | None = None
-    scheme: str = "tcp"
-    tls_ca: str | None = None  # PEM bundle to verify the remote; None: the system's CAs
-    path: str = ""
-
-    @property
-    def tls(self) -> bool:
-        return self.scheme in TLS_SCHEMES
-
-    @property
-    def url(self) -> str:
-        """The remote's URL (an HTTP one gets its default path when none was given)."""
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        path = self.path if self.path not in ("", "/") else DEFAULT_PATHS.get(self.scheme, "")
-        return f"{self.scheme}://{host}:{self.port}{path}"
-
-    @property
-    def proxy_url(self) -> str | None:
-        """The proxy as ``http://host:port`` (credentials apart, in ``proxy_auth``)."""
-        if not self.proxy_host:
-            return None
-        host = f"[{self.proxy_host}]" if ":" in self.proxy_host else self.proxy_host
-        return f"http://{host}:{self.proxy_port}"
-
-    @property
-    def proxy_auth(self) -> tuple[str, str] | None:
-        return None if self.proxy_user is None else (self.proxy_user, self.proxy_password or "")
-
-    def __str__(self) -> str:
-        via = f" via proxy {self.proxy_host}:{self.proxy_port}" if self.proxy_host else ""
-        return f"{self.url}{via}"
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        return ssl.create_default_context(cafile=self.tls_ca) if self.tls else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +100,7 @@ class StompLink:
         Raises OSError (and TimeoutError) when the remote cannot be reached, ConnectRefused
         when it answers with ERROR (bad credentials, for instance)."""
         async with asyncio.timeout(options.connect_timeout or None):
-            reader, writer = await dial(target, options)
+            reader, writer = await dial(target, options.liveness or options.connect_timeout or 30.0)
             try:
                 sock = writer.get_extra_info("socket")
                 if sock is not None:
@@ -357,51 +303,6 @@ class StompLink:
             await asyncio.wait_for(self.writer.wait_closed(), grace)
         except Exception:
             self.writer.transport.abort()
-
-
-async def dial(
-    target: Target, options: LinkOptions
-) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """Open the byte stream to ``target`` by its scheme; the caller applies the timeout.
-
-    tcp/tls: a socket, or a ``CONNECT`` tunnel through the proxy with TLS inside it.
-    ws/wss: a WebSocket (through the proxy when there is one).  http/https: the HTTP tunnel,
-    whose requests pass proxies that allow nothing but plain requests; it rides out a proxy
-    restart by retrying for up to ``liveness`` seconds, as long as the link itself would
-    tolerate the silence (past that the link is declared dead and redialled anyway)."""
-    ctx = target.ssl_context()
-    if target.scheme in ("ws", "wss"):
-        return await open_websocket_connection(
-            target.url, proxy=target.proxy_url, proxy_auth=target.proxy_auth, ssl=ctx
-        )
-    if target.scheme in ("http", "https"):
-        return await open_tunnel_connection(
-            target.url,
-            proxy=target.proxy_url,
-            proxy_auth=target.proxy_auth,
-            ssl=ctx,
-            protocol="stomp",
-            retry_for=options.liveness or options.connect_timeout or 30.0,
-        )
-    if target.proxy_host:
-        reader, writer = await open_tunnel(
-            target.proxy_host,
-            target.proxy_port,
-            target.host,
-            target.port,
-            target.proxy_user,
-            target.proxy_password,
-        )
-        if ctx is not None:  # TLS end to end, inside the proxy's tunnel
-            await writer.start_tls(ctx, server_hostname=target.host)
-        return reader, writer
-    return await asyncio.open_connection(
-        target.host,
-        target.port,
-        limit=READ_CHUNK,
-        ssl=ctx,
-        server_hostname=target.host if ctx else None,
-    )
 
 
 def _ignore(frame: Frame) -> None:

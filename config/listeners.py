@@ -147,6 +147,17 @@ class RestConfig(Section):
         description="Folder for durable push registrations; relative paths are under "
         "node.data_dir.",
     )
+    push_timeout: Duration = Field(
+        default=duration("30s"),
+        description="Longest one push (webhook) request may take before it counts as a "
+        "connection failure and is retried.",
+    )
+    max_consumers: int = Field(
+        default=10000,
+        ge=1,
+        description="Most pull consumers and push registrations at once; more are refused "
+        "with 503.",
+    )
 
 
 class WebSocketConfig(Section):
@@ -183,11 +194,21 @@ class SockJsConfig(Section):
         description="SockJS prefix for STOMP (WebSocket, xhr-streaming and polling).",
     )
     heartbeat: Duration = Field(
-        default=duration("25s"), description="SockJS heart-beat frame interval."
+        default=duration("25s"), description="SockJS heart-beat frame interval (0 = none)."
     )
     disconnect_delay: Duration = Field(
         default=duration("5s"),
         description="A polling session with no open request for this long is closed.",
+    )
+    response_limit: Size = Field(
+        default=size("128KiB"),
+        description="A streaming response ends after this many bytes (the client opens "
+        "the next), so browsers can free what they have read; also bounds one poll answer.",
+    )
+    client_url: str = Field(
+        default="",
+        description="Where /iframe.html loads sockjs-client from (only browsers without "
+        "CORS use it); empty: /iframe.html is not served.",
     )
 
 

@@ -346,6 +346,13 @@ class Engine:
             raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
         self.post.dead_letter(ref, reason, detail)
 
+    def dead_letter_acknowledged(self, message: Message, reason: str, detail: str = "") -> None:
+        """Dead-letter a copy of a message its consumer already took (auto-acknowledged)
+        but cannot hand over, so it is kept rather than lost."""
+        ops: list[Op] = []
+        self.post.dead_letter_message(message, reason, detail, ops)
+        self.post.persistence.write(ops, False)
+
     def unsubscribe(self, sub: Subscription, *, delete_durable: bool = False) -> None:
         sub.consumer.close()
         if (sub.temporary or delete_durable) and sub.queue.name in self.post.queues:

@@ -36,6 +36,7 @@ from wire.stomp import (
 log = logging.getLogger("waystation.stomp")
 
 SERVER_NAME = "Waystation/0.1"
+NOT_TEXT = "body-not-text"  # dead-letter reason: a binary body on a text-only transport
 VERSIONS = ("1.2", "1.1", "1.0")
 ACK_MODES = ("auto", "client", "client-individual")
 DURABLE_NAME_HEADERS = (
@@ -79,6 +80,9 @@ class StompOptions:
         60.0  # seconds of silence before a connection without heart-beats is closed
     )
     default_window: int | None = None  # None: the address setting
+    # the transport carries text only (SockJS): a message whose body is not UTF-8 goes to
+    # the dead-letter address (reason NOT_TEXT) instead of to the client
+    text_only: bool = False
 
 
 class _Sub:
@@ -542,6 +546,9 @@ class StompSession:
     # -- deliveries -------------------------------------------------------------------------
     def deliver(self, s: _Sub, d: Delivery) -> None:
         msg = d.message
+        if self.options.text_only and not _is_text(msg.body):
+            self._dead_letter_not_text(s, d)
+            return
         extra: dict[str, str] = {}
         for k, v in msg.properties.items():
             if k not in _OWN_HEADERS and v is not None:
@@ -570,6 +577,13 @@ class StompSession:
             dest = format_destination(address, s.routing) if s.routing else s.destination
             s.last_address, s.last_dest = address, dest
         self._write(encode_message(dest, mid, s.id, msg.body, extra, ack_id, self.version))
+
+    def _dead_letter_not_text(self, s: _Sub, d: Delivery) -> None:
+        detail = f"subscription {s.id!r} of session {self.link.peer} takes text only"
+        if s.ack == "auto":
+            self.engine.dead_letter_acknowledged(d.message, NOT_TEXT, detail)
+        else:
+            self.engine.dead_letter_delivery(d.consumer, d.tag, NOT_TEXT, detail)
 
     # -- ACK / NACK ------------------------------------------------------------------------
     def _ack_target(self, frame: Frame) -> tuple[_Sub, int, str]:
@@ -693,6 +707,14 @@ class _Handler:
     def consumer_closed(self, consumer: object, reason: str) -> None:
         if not self.session.closed:
             self.session.fail(f"subscription {self.sub.id!r} closed: {reason}")
+
+
+def _is_text(body: bytes) -> bool:
+    try:
+        body.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _parse_heartbeat(value: str) -> tuple[int, int]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from bridges.dial import Target
 from bridges.spec import SUPPORTED_SCHEMES, spec_from_config
-from bridges.stomp_link import Target
 from config import parse_config
 from config.fields import BRIDGE_SCHEMES
 

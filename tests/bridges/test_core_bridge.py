@@ -14,6 +14,7 @@ from nodekit import free_port
 
 from bridges.backoff import RetryPolicy
 from bridges.core_bridge import CoreBridge
+from bridges.dial import Target
 from bridges.proxy import ProxyError, connect_request, open_tunnel, parse_status
 from bridges.reasons import (
     INVALID_REMOTE_DESTINATION,
@@ -24,7 +25,7 @@ from bridges.reasons import (
     is_authentication_failure,
 )
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import LinkOptions, StompLink, Target
+from bridges.stomp_link import LinkOptions, StompLink
 from core.consumer import Delivery
 from core.engine import Engine, EngineConfig
 from core.message import Message

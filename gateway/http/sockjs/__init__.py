@@ -1,0 +1,22 @@
+"""A SockJS endpoint for STOMP, so browser clients (sockjs-client with @stomp/stompjs) fall
+back to HTTP streaming or polling where WebSockets are blocked.
+
+Implements sockjs-protocol 0.3.3: ``/info``, ``/iframe.html``, the WebSocket transport
+(SockJS framing) and raw ``/websocket``, xhr polling, xhr_streaming, eventsource, htmlfile
+and jsonp, with ``xhr_send``/``jsonp_send``, CORS with credentials, heart-beats and
+``disconnect_delay``.  No JSESSIONID cookie is set (``cookie_needed`` is false).
+
+Each session runs the same ``StompSession`` as TCP over a ``QueuedLink``, so STOMP sees
+the same frames; what the session writes waits in the link until a receiving request takes
+it, and past the link's high-water mark the session's consumers pause, so a browser that
+stops polling leaves messages in their queues.
+
+Limitation: SockJS carries text.  A message whose body is not valid UTF-8 cannot be
+delivered over it: it goes to the dead-letter address with ``_WS_DLQ_REASON`` =
+``body-not-text`` and the session carries on.  Binary bodies need ``/stomp`` (WebSocket) or
+TCP.
+"""
+
+from gateway.http.sockjs.routes import setup
+
+__all__ = ["setup"]

@@ -1,0 +1,48 @@
+"""The HTTP sending transports: ``xhr_send`` (a JSON array in the body) and ``jsonp_send``
+(the same array as form field ``d``, or as the raw body).
+
+The answer is held until the messages are fed to the STOMP session, and one session's send
+requests are fed one after the other in arrival order, so a client's frames arrive as it
+sent them.  Errors are the spec's: 404 for an unknown session, 500 ``Payload expected.``
+for an empty payload, 500 ``Broken JSON encoding.`` for anything but a JSON array of
+strings.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs
+
+from aiohttp import web
+from aiohttp.typedefs import Handler
+
+from gateway.http.sockjs.framing import PayloadError, decode_payload, to_bytes
+from gateway.http.sockjs.headers import TEXT, cors, no_cache
+from gateway.http.sockjs.session import Sessions
+
+
+def _form_payload(request: web.Request, raw: bytes) -> bytes:
+    if request.content_type != "application/x-www-form-urlencoded":
+        return raw
+    fields = parse_qs(raw.decode("latin-1"), keep_blank_values=True, encoding="utf-8")
+    return fields.get("d", [""])[0].encode()
+
+
+def handler(sessions: Sessions, jsonp: bool) -> Handler:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        session = sessions.get(request.match_info["session"])
+        if session is None:
+            return web.Response(status=404, text="No such SockJS session.", headers=cors(request))
+        raw = await request.read()
+        try:
+            chunks = to_bytes(decode_payload(_form_payload(request, raw) if jsonp else raw))
+        except PayloadError as e:
+            return web.Response(status=500, text=str(e), headers=cors(request))
+        await session.feed(chunks)
+        if jsonp:
+            return web.Response(body=b"ok", headers=no_cache(request, TEXT))
+        return web.Response(status=204, headers=no_cache(request, TEXT))
+
+    return handle
+
+
+__all__ = ["handler"]

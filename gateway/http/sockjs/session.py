@@ -1,0 +1,132 @@
+"""A SockJS session over HTTP: one STOMP session, fed by send requests, read by at most
+one receiving request at a time.
+
+Rules (sockjs-protocol 0.3.3): a receiving request for an unknown id opens a session; a
+second receiving request while one is attached gets ``c[2010,...]`` and the first keeps
+going; a receiving request that the client drops mid-way ends the session
+(``c[1002,...]``); a session with no receiving request for ``disconnect_delay`` is closed
+and forgotten; a closed session answers every receiving request with its close frame until
+then.  Send requests for one session are fed to STOMP strictly in arrival order, each one
+waiting while the STOMP session holds its input (durable sends being written).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from core.engine import Engine
+from gateway.http.sockjs import framing
+from gateway.http.sockjs.textlink import TextLink
+from gateway.stomp.session import StompOptions, StompSession
+
+
+class SockJsSession:
+    def __init__(
+        self,
+        sid: str,
+        engine: Engine,
+        options: StompOptions,
+        peer: str,
+        disconnect_delay: float,
+        forget: Callable[[SockJsSession], None],
+    ) -> None:
+        self.sid = sid
+        self.link = TextLink(peer, self._not_text)
+        self.stomp = StompSession(engine, self.link, options)
+        self.link.target = self.stomp
+        self.receiving = False
+        self.close_frame: str | None = None  # the ``c`` frame, once the session is over
+        self._delay = disconnect_delay
+        self._forget = forget
+        self._input = asyncio.Lock()  # FIFO: send requests are fed in arrival order
+        self._expiry: asyncio.TimerHandle | None = None
+        self._arm_expiry()
+
+    # -- input ------------------------------------------------------------------------------
+    async def feed(self, chunks: list[bytes]) -> None:
+        async with self._input:
+            for chunk in chunks:
+                if self.stomp.closed:
+                    return
+                self.stomp.data_received(chunk)
+                if not self.link.reading.is_set():
+                    await self.link.reading.wait()
+
+    def _not_text(self, message: str, detail: str) -> None:
+        self.stomp.fail(message, detail)
+
+    # -- receivers --------------------------------------------------------------------------
+    def attach(self) -> str | None:
+        """Become the receiving request, or the close frame that refuses it."""
+        if self.close_frame is not None:
+            return self.close_frame
+        if self.receiving:
+            return framing.close(*framing.ANOTHER_CONNECTION)
+        self.receiving = True
+        if self._expiry is not None:
+            self._expiry.cancel()
+            self._expiry = None
+        return None
+
+    def detach(self, aborted: bool) -> None:
+        self.receiving = False
+        if aborted:
+            self.end(*framing.INTERRUPTED)
+        self._arm_expiry()
+
+    def final_frame(self) -> str:
+        """The close frame once STOMP has closed and its last frames were taken."""
+        if self.close_frame is None:
+            self.close_frame = framing.close(*framing.GO_AWAY)
+        return self.close_frame
+
+    # -- ending -----------------------------------------------------------------------------
+    def end(self, code: int, reason: str) -> None:
+        """Close from the transport's side (client gone, timed out, server stopping)."""
+        if self.close_frame is None:
+            self.close_frame = framing.close(code, reason)
+        self.stomp.connection_lost()
+        if not self.link.closing:
+            self.link.close()
+
+    def _arm_expiry(self) -> None:
+        if self._expiry is None:
+            loop = asyncio.get_running_loop()
+            self._expiry = loop.call_later(self._delay, self._expire)
+
+    def _expire(self) -> None:
+        self._expiry = None
+        if self.receiving:
+            return
+        self.end(*framing.GO_AWAY)
+        self._forget(self)
+
+
+class Sessions:
+    """The open SockJS sessions of one prefix, by session id."""
+
+    def __init__(self, engine: Engine, options: StompOptions, disconnect_delay: float) -> None:
+        self.engine = engine
+        self.options = options
+        self.delay = disconnect_delay
+        self.by_id: dict[str, SockJsSession] = {}
+
+    def get(self, sid: str) -> SockJsSession | None:
+        return self.by_id.get(sid)
+
+    def create(self, sid: str, peer: str) -> SockJsSession:
+        s = SockJsSession(sid, self.engine, self.options, peer, self.delay, self._forget)
+        self.by_id[sid] = s
+        return s
+
+    def _forget(self, s: SockJsSession) -> None:
+        if self.by_id.get(s.sid) is s:
+            del self.by_id[s.sid]
+
+    def close_all(self) -> None:
+        for s in list(self.by_id.values()):
+            s.end(*framing.SERVER_SHUTDOWN)
+
+
+__all__ = ["SockJsSession", "Sessions"]
