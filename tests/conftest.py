@@ -24,3 +24,20 @@ def run():
         return asyncio.run(asyncio.wait_for(coro, timeout))
 
     return _run
+
+
+@pytest.fixture
+def make_squid():
+    """Real squids (tests/squidkit.py), by default denying CONNECT and WebSocket upgrades;
+    each is stopped and its folder removed at teardown."""
+    from squidkit import Squid
+
+    made: list[Squid] = []
+
+    def make(**options: object) -> Squid:
+        made.append(Squid(**options))  # type: ignore[arg-type]
+        return made[-1]
+
+    yield make
+    for s in made:
+        s.close()

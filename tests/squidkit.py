@@ -42,6 +42,7 @@ class Squid:
     ) -> None:
         # squid writes its logs as the proxy user, who cannot enter pytest's tmp_path (only
         # root can): by default it gets a folder of its own under /tmp
+        self._own_dir = workdir is None
         self.workdir = workdir or Path(tempfile.mkdtemp(prefix="squid-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o777)  # squid drops to the proxy user for its logs
@@ -51,7 +52,7 @@ class Squid:
             rules.append("http_access deny CONNECT")
         if deny_upgrade:
             rules += ["acl upgrade req_header Upgrade .", "http_access deny upgrade"]
-        self.conf = workdir / "squid.conf"
+        self.conf = self.workdir / "squid.conf"
         self.conf.write_text(
             "\n".join(
                 [
@@ -63,11 +64,11 @@ class Squid:
                     "http_access deny all",
                     "cache deny all",
                     "cache_mem 8 MB",
-                    f"pid_filename {workdir}/squid.pid",
-                    f"access_log stdio:{workdir}/access.log",
-                    f"cache_log {workdir}/cache.log",
+                    f"pid_filename {self.workdir}/squid.pid",
+                    f"access_log stdio:{self.workdir}/access.log",
+                    f"cache_log {self.workdir}/cache.log",
                     "cache_store_log none",
-                    f"coredump_dir {workdir}",
+                    f"coredump_dir {self.workdir}",
                     "shutdown_lifetime 0 seconds",
                     f"read_timeout {idle_timeout} seconds",
                     f"client_lifetime {idle_timeout * 10} seconds",
@@ -106,6 +107,18 @@ class Squid:
                 self.proc.wait()
         self.proc = None
 
+    def close(self) -> None:
+        """Stop, and remove the folder when squidkit made it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> Squid:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def restart(self, down_for: float = 0.0) -> None:
         """Stop (dropping every connection through it), wait, start on the same port."""
         self.stop()
@@ -123,10 +136,6 @@ class Squid:
             if p.exists():
                 parts.append(p.read_text(errors="replace")[-3000:])
         return "\n".join(parts)
-
-
-def squid_available() -> bool:
-    return shutil.which("squid") is not None or Path(SQUID).exists()
 
 
 __all__ = ["Squid", "ensure_squid"]

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import signal
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,15 +28,6 @@ from squidkit import Squid
 from client.websocket import WebSocketRefused, open_websocket_connection
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-def squid_dir() -> Iterator[Path]:
-    """A folder squid's ``proxy`` user can reach (pytest's tmp_path sits in a 0700 folder)."""
-    d = Path(tempfile.mkdtemp(prefix="squid-"))
-    d.chmod(0o755)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def bridge_to(urls: list[str], **options: object) -> str:
@@ -121,8 +109,8 @@ def test_ws_bridge_heartbeats_keep_an_idle_link_up(tmp_path):
         stop_all(a, b)
 
 
-def test_ws_bridge_through_squid_that_denies_upgrades_fails_clearly(tmp_path, squid_dir):
-    squid = Squid(squid_dir).start()
+def test_ws_bridge_through_squid_that_denies_upgrades_fails_clearly(tmp_path, make_squid):
+    squid = make_squid().start()
     a, b = start_pair(tmp_path, ws_url, proxy=squid.url)
     try:
         m = wait_log(a, r"bridge to-b: retrying at \S+: (.*)", 10)
@@ -135,8 +123,8 @@ def test_ws_bridge_through_squid_that_denies_upgrades_fails_clearly(tmp_path, sq
         stop_all(a, b, squid)
 
 
-def test_ws_bridge_through_squid_that_allows_upgrades(tmp_path, squid_dir):
-    squid = Squid(squid_dir, deny_upgrade=False)
+def test_ws_bridge_through_squid_that_allows_upgrades(tmp_path, make_squid):
+    squid = make_squid(deny_upgrade=False)
     squid.conf.write_text(
         squid.conf.read_text() + "http_upgrade_request_protocols websocket allow all\n"
     )
@@ -226,10 +214,10 @@ def test_tunnel_bridge_once_in_order_across_a_remote_restart(tmp_path):
         stop_all(a, b)
 
 
-def test_tunnel_bridge_through_squid_10000_messages_while_squid_restarts(tmp_path, squid_dir):
+def test_tunnel_bridge_through_squid_10000_messages_while_squid_restarts(tmp_path, make_squid):
     """The issue's acceptance run: squid denies CONNECT and upgrades; the tunnel's plain
     requests pass, and a squid restart mid-flow loses and duplicates nothing."""
-    squid = Squid(squid_dir).start()
+    squid = make_squid().start()
     a, b = start_pair(
         tmp_path,
         tunnel_url,
@@ -273,10 +261,10 @@ def test_tunnel_bridge_through_squid_10000_messages_while_squid_restarts(tmp_pat
         stop_all(a, b, squid)
 
 
-def test_tunnel_outage_longer_than_liveness_ends_the_link_in_time(tmp_path, squid_dir):
+def test_tunnel_outage_longer_than_liveness_ends_the_link_in_time(tmp_path, make_squid):
     """The tunnel retries for the link's liveness timeout (2 s here), no longer: a proxy
     that stays away ends the link within it, and the bridge redials once the proxy is back."""
-    squid = Squid(squid_dir).start()
+    squid = make_squid().start()
     a, b = start_pair(tmp_path, tunnel_url, proxy=squid.url)
     try:
         first = [f"f{i}" for i in range(100)]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,15 +36,8 @@ def node(tmp_path_factory) -> Iterator[NodeProcess]:
 
 @pytest.fixture
 def squid() -> Iterator[Squid]:
-    # a folder squid's proxy user can reach (pytest's tmp folders sit in a 0700 folder)
-    d = Path(tempfile.mkdtemp(prefix="squid-browser-"))
-    d.chmod(0o755)
-    s = Squid(d, deny_connect=True, deny_upgrade=True)
-    try:
-        yield s.start()
-    finally:
-        s.stop()
-        shutil.rmtree(d, ignore_errors=True)
+    with Squid(deny_connect=True, deny_upgrade=True) as s:
+        yield s
 
 
 @pytest.fixture(scope="module")

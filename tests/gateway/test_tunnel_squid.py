@@ -6,10 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-import shutil
 import socket
-import tempfile
-from pathlib import Path
 
 import pytest
 from nodekit import NodeProcess
@@ -35,15 +32,8 @@ def node(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def squid():
-    # a folder squid's proxy user can reach (pytest's tmp folders sit in a 0700 folder)
-    d = Path(tempfile.mkdtemp(prefix="squid-tunnel-"))
-    d.chmod(0o755)
-    s = Squid(d, deny_connect=True, deny_upgrade=True)
-    try:
-        yield s.start()
-    finally:
-        s.stop()
-        shutil.rmtree(d, ignore_errors=True)
+    with Squid(deny_connect=True, deny_upgrade=True) as s:
+        yield s
 
 
 def _upgrade_status(port: int, target: str, host: str) -> int:
