@@ -46,6 +46,22 @@ async def _pump(ws: web.WebSocketResponse, link: QueuedLink) -> None:
             return
 
 
+async def finish(
+    ws: web.WebSocketResponse, link: QueuedLink, session: StompSession, pump: asyncio.Future[None]
+) -> None:
+    """End a session whose socket is done: let the pump send what is queued (2 s at most),
+    then close the socket."""
+    session.connection_lost()
+    if not link.closing:
+        link.close()
+    try:
+        await asyncio.wait_for(pump, 2.0)
+    except (TimeoutError, ConnectionError, asyncio.CancelledError):
+        pump.cancel()
+    if not ws.closed:
+        await ws.close()
+
+
 def setup(app: web.Application, ctx: HttpContext) -> None:
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
     app[_SOCKETS] = sockets
@@ -80,15 +96,7 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
                 if not link.reading.is_set():
                     await link.reading.wait()
         finally:
-            session.connection_lost()
-            if not link.closing:
-                link.close()
-            try:
-                await asyncio.wait_for(pump, 2.0)
-            except (TimeoutError, ConnectionError, asyncio.CancelledError):
-                pump.cancel()
-            if not ws.closed:
-                await ws.close()
+            await finish(ws, link, session, pump)
         return ws
 
     async def close_all(app: web.Application) -> None:
@@ -99,4 +107,4 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     app.on_shutdown.append(close_all)
 
 
-__all__ = ["SUBPROTOCOLS", "peer_of", "setup"]
+__all__ = ["SUBPROTOCOLS", "finish", "peer_of", "setup"]

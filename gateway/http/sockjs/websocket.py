@@ -19,7 +19,7 @@ from gateway.http.server import HttpContext
 from gateway.http.sockjs import framing
 from gateway.http.sockjs.textlink import TextLink
 from gateway.stomp.session import StompSession
-from gateway.websocket.stomp_ws import SUBPROTOCOLS, peer_of
+from gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, peer_of
 
 log = logging.getLogger("waystation.sockjs")
 
@@ -102,15 +102,7 @@ def handlers(
                 if session.closed:
                     break
         finally:
-            session.connection_lost()
-            if not link.closing:
-                link.close()
-            try:
-                await asyncio.wait_for(pump, 2.0)
-            except (TimeoutError, ConnectionError, asyncio.CancelledError):
-                pump.cancel()
-            if not ws.closed:
-                await ws.close()
+            await finish(ws, link, session, pump)
         return ws
 
     async def framed(request: web.Request) -> web.StreamResponse:
