@@ -1,0 +1,66 @@
+"""REST messaging over HTTP, following the HornetQ REST chapter.
+
+Only ``/queues/{name}`` (the anycast queue, STOMP ``/queue/name``) and ``/topics/{name}``
+(the multicast address, STOMP ``/topic/name``) are published; every other URL is a link
+(``msg-*`` headers, or one ``Link`` header with ``use_link_headers``).  Modules, one idea
+each:
+
+- :mod:`.destinations`: discovery (``HEAD``/``GET``) and ``POST /queues`` / ``/topics``;
+- :mod:`.producer`: posting messages, duplicate-safe posting;
+- :mod:`.pull`, :mod:`.consumers` and :mod:`.pulling`: pull consumers and subscriptions, auto and manual
+  acknowledgement, ``Accept-Wait``, the idle reaper;
+- :mod:`.registration`, :mod:`.push` and :mod:`.pushes`: push registrations (webhooks),
+  delivery with retries, the durable store;
+- :mod:`.mapping`: HTTP headers <-> message properties, body and Content-Type;
+- :mod:`.links`, :mod:`.auth`, :mod:`.errors`: URLs, HTTP Basic -> Principal, status codes.
+
+Status codes: 200 found / message; 201 created; 204 deleted; 307 to a duplicate-safe create
+URL; 400 bad parameter, selector or XML (the text says which); 401 credentials (with
+``WWW-Authenticate``); 403 permission; 404 unknown destination or resource; 405 wrong method;
+409 name taken; 412 stale consumer link (with the right one); 413 body over
+``max_body_size``; 503 no message yet (``Retry-After``), address full (FAIL policy) or too
+many consumers.
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.http.rest import consumers, destinations, producer, pulling, pushes
+from gateway.http.rest.pull import Registry
+from gateway.http.rest.service import SERVICE, RestService
+from gateway.http.server import HttpContext
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    """Mount the REST resources on ``app`` and tie their background work to its life."""
+    cfg = ctx.cfg.rest
+    svc = RestService(ctx.engine, cfg, ctx.data_dir)
+    registry = Registry(ctx.engine, cfg.session_timeout_task_interval.total_seconds())
+    manager = pushes.PushManager(svc)
+    app[SERVICE] = svc
+    app[consumers.REGISTRY] = registry
+    app[pushes.PUSH] = manager
+    destinations.setup_routes(app)
+    producer.setup_routes(app)
+    consumers.setup_routes(app)
+    pulling.setup_routes(app)
+    pushes.setup_routes(app)
+
+    async def start(_: web.Application) -> None:
+        registry.start()
+        await manager.start()
+
+    async def shutdown(_: web.Application) -> None:
+        registry.wake_all()  # held long polls answer 503 now
+
+    async def cleanup(_: web.Application) -> None:
+        await manager.stop()
+        await registry.stop()
+
+    app.on_startup.append(start)
+    app.on_shutdown.append(shutdown)
+    app.on_cleanup.append(cleanup)
+
+
+__all__ = ["setup"]

@@ -1,0 +1,236 @@
+"""Pull consumer and pull subscription resources: creating, finding, describing, deleting.
+
+- ``POST /queues/{q}/pull-consumers`` / ``POST /topics/{t}/pull-subscriptions`` with the form
+  (or query) ``autoAck`` (true), ``selector``; for topics also ``durable`` (false), ``name``,
+  ``idle-timeout`` (ms, instead of ``consumer_session_timeout``) and ``delete-when-idle``.
+  201 with ``Location`` (the consumer), ``msg-consumer`` and ``msg-consume-next`` or
+  ``msg-acknowledge-next``.  A durable subscription's consumer id is its name, so its URLs
+  survive a restart; posting the same name again while it is live answers 200 like ``GET``.
+  Without ``name`` a durable subscription gets a generated one.  A name held by a queue that
+  is not a subscription of this topic -> 409.
+- ``GET``/``HEAD`` the consumer: its current next link (``msg-acknowledgement`` while a
+  message awaits its acknowledgement) and ``msg-consumer``.  ``DELETE``: 204; a durable
+  subscription is deleted too (delete_durable_queue); an unacknowledged message goes back.
+- An unknown consumer (deleted, reaped, or from before a restart) -> 404 with the factory
+  link; a durable subscription from before a restart is re-attached (see :mod:`pulling`).
+
+The consume/acknowledge state machine is in :mod:`pulling`.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+
+from core.queue import ANYCAST, MULTICAST
+from core.security import Permission, Principal
+from gateway.http.rest import auth
+from gateway.http.rest.errors import fail, guarded
+from gateway.http.rest.links import QUEUES, TOPICS, Links, Paths
+from gateway.http.rest.mapping import parse_bool, parse_int
+from gateway.http.rest.pull import PullConsumer, Registry
+from gateway.http.rest.service import SERVICE, RestService
+
+REGISTRY = web.AppKey("rest_pull_registry", Registry)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def next_links(links: Links, c: PullConsumer, paths: Paths) -> Links:
+    base = paths.consumer(c.auto_ack, c.id)
+    if c.auto_ack:
+        links.add("consume-next", f"{base}/consume-next-{c.next_index}")
+    elif c.pending is not None:
+        links.add("acknowledgement", f"{base}/acknowledgement/{c.pending[0]}")
+    else:
+        links.add("acknowledge-next", f"{base}/acknowledge-next-{c.next_index}")
+    links.add("consumer", base)
+    return links
+
+
+async def params(request: web.Request) -> dict[str, str]:
+    out = {k: v for k, v in request.query.items()}
+    try:
+        form = await request.post()
+    except (ValueError, HttpProcessingError) as e:
+        raise fail(web.HTTPBadRequest, f"unreadable form: {e}") from None
+    for k, v in form.items():
+        if isinstance(v, str):
+            out[k] = v
+    return out
+
+
+def _paths(request: web.Request) -> Paths:
+    kind = QUEUES if request.path.startswith("/queues/") else TOPICS
+    return Paths(kind, request.match_info["name"])
+
+
+# -- opening ---------------------------------------------------------------------------------
+def _open(
+    svc: RestService,
+    reg: Registry,
+    who: Principal,
+    paths: Paths,
+    cid: str,
+    auto_ack: bool,
+    *,
+    selector: str | None,
+    durable_name: str | None = None,
+    timeout: float | None = None,
+    delete_when_idle: bool = False,
+) -> PullConsumer:
+    engine = svc.engine
+    if len(reg) >= svc.cfg.max_consumers:
+        raise fail(web.HTTPServiceUnavailable, f"too many REST consumers ({svc.cfg.max_consumers})")
+    security = engine.security
+    name = paths.name
+    auth.check(engine, who, Permission.CONSUME, name)
+    if security.enabled:
+        if paths.kind == QUEUES and engine.queue(name) is None:
+            auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, name)
+        elif paths.kind == TOPICS and durable_name is None:
+            auth.check(engine, who, Permission.CREATE_NON_DURABLE_QUEUE, name)
+        elif durable_name is not None and engine.queue(durable_name) is None:
+            auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, name)
+    idle = svc.cfg.consumer_session_timeout.total_seconds() if timeout is None else timeout
+    c = PullConsumer(
+        cid,
+        paths.kind,
+        name,
+        auto_ack,
+        timeout=idle,
+        durable_name=durable_name,
+        delete_when_idle=delete_when_idle,
+    )
+    sub = engine.subscribe(
+        name,
+        c,
+        routing=ANYCAST if paths.kind == QUEUES else MULTICAST,
+        selector=selector,
+        durable_name=durable_name,
+        window=1,
+        owner=c,
+        name=f"rest-{cid}",
+    )
+    c.attach(sub)
+    reg.add(c)
+    return c
+
+
+def _durable_queue_of(svc: RestService, topic: str, qname: str) -> bool:
+    q = svc.engine.queue(qname)
+    return q is not None and q.durable and q.routing == MULTICAST and q.address == topic
+
+
+async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsumer, Paths, bool]:
+    """The consumer in the URL -> (consumer, paths, re-attached after a restart)."""
+    svc = request.app[SERVICE]
+    reg = request.app[REGISTRY]
+    who = auth.principal(request, svc.engine)
+    paths = _paths(request)
+    cid = request.match_info["cid"]
+    if auto_ack is None:
+        auto_ack = request.match_info["mode"] == "auto-ack"
+    auth.check(svc.engine, who, Permission.CONSUME, paths.name)
+    c = reg.get(cid)
+    if c is not None and c.kind == paths.kind and c.destination == paths.name:
+        if c.auto_ack == auto_ack:
+            return c, paths, False
+    elif c is None and paths.kind == TOPICS and _durable_queue_of(svc, paths.name, cid):
+        q = svc.engine.queue(cid)
+        assert q is not None
+        selector = q.filter.text if q.filter is not None else None
+        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, durable_name=cid)
+        return c, paths, True
+    links = svc.links(request)
+    factory = "pull-consumers" if paths.kind == QUEUES else "pull-subscriptions"
+    links.add(factory, paths.pull)
+    raise fail(
+        web.HTTPNotFound,
+        f"no such consumer {cid!r} (deleted, timed out or from before a restart): "
+        f"create one at {links.url(paths.pull)}",
+        links.headers(),
+    )
+
+
+# -- handlers --------------------------------------------------------------------------------
+@guarded
+async def create(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    reg = request.app[REGISTRY]
+    paths = svc.destination(request)
+    who = auth.principal(request, svc.engine)
+    p = await params(request)
+    auto_ack = parse_bool("autoAck", p.get("autoAck"), True)
+    selector = p.get("selector") or None
+    durable_name: str | None = None
+    timeout: float | None = None
+    delete_when_idle = False
+    if paths.kind == TOPICS:
+        if parse_bool("durable", p.get("durable"), False):
+            durable_name = p.get("name") or f"{paths.name}.rest-{uuid.uuid4().hex[:12]}"
+            if "/" in durable_name:
+                raise fail(
+                    web.HTTPBadRequest, f"invalid subscription name {durable_name!r}: no '/'"
+                )
+        idle_ms = parse_int("idle-timeout", p.get("idle-timeout"), 1)
+        timeout = idle_ms / 1000 if idle_ms is not None else None
+        delete_when_idle = parse_bool("delete-when-idle", p.get("delete-when-idle"), False)
+    status = 201
+    if durable_name is not None:
+        live = reg.get(durable_name)
+        q = svc.engine.queue(durable_name)
+        if (live is not None and live.destination != paths.name) or (
+            q is not None and not _durable_queue_of(svc, paths.name, durable_name)
+        ):
+            raise fail(
+                web.HTTPConflict,
+                f"name {durable_name!r} is taken by another queue or subscription",
+            )
+        if live is not None:
+            auth.check(svc.engine, who, Permission.CONSUME, paths.name)
+            live.touch()
+            c = live
+            status = 200
+        else:
+            c = _open(svc, reg, who, paths, durable_name, auto_ack, selector=selector,
+                      durable_name=durable_name, timeout=timeout, delete_when_idle=delete_when_idle)  # fmt: skip
+    else:
+        cid = uuid.uuid4().hex
+        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, timeout=timeout)
+    links = next_links(svc.links(request), c, paths)
+    headers = links.headers()
+    headers["Location"] = links.url(paths.consumer(c.auto_ack, c.id))
+    return web.Response(status=status, headers=headers)
+
+
+@guarded
+async def describe(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    c, paths, _ = await lookup(request, None)
+    c.touch()
+    return web.Response(status=200, headers=next_links(svc.links(request), c, paths).headers())
+
+
+@guarded
+async def delete(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    c, paths, _ = await lookup(request, None)
+    if c.durable_name is not None and svc.engine.security.enabled:
+        who = auth.principal(request, svc.engine)
+        auth.check(svc.engine, who, Permission.DELETE_DURABLE_QUEUE, paths.name)
+    request.app[REGISTRY].remove(c, delete_durable=c.durable_name is not None)
+    return web.Response(status=204)
+
+
+def setup_routes(app: web.Application) -> None:
+    r = app.router
+    for kind, factory in (("queues", "pull-consumers"), ("topics", "pull-subscriptions")):
+        base = f"/{kind}/{{name}}/{factory}"
+        r.add_post(base, create)
+        r.add_get(base + "/{mode:auto-ack|acknowledged}/{cid}", describe)
+        r.add_delete(base + "/{mode:auto-ack|acknowledged}/{cid}", delete)
+
+
+__all__ = ["REGISTRY", "lookup", "next_links", "params", "setup_routes"]

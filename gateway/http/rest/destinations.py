@@ -1,0 +1,135 @@
+"""``/queues/{name}`` and ``/topics/{name}`` (discovery) and ``POST /queues`` / ``/topics``.
+
+``HEAD``/``GET`` answer 200 with the destination's links (``GET`` also with a small XML body
+listing them); the caller needs send, consume or browse on it.
+
+``POST /queues`` with ``<queue name="x"><durable>true</durable><selector>..</selector></queue>``
+creates the anycast queue ``x`` (create_durable_queue or create_non_durable_queue);
+``POST /topics`` with ``<topic name="x"/>`` declares the multicast address ``x``
+(create_non_durable_queue, what a STOMP subscriber needs to make one appear).  201 with
+``Location``; a destination that already exists as asked answers 200 with ``Location`` (so a
+client can run the same set-up at every start); a name taken by the other kind answers 409.
+A topic has no state of its own to persist: after a restart it exists again as soon as it is
+used (auto-create) or declared in the config.
+"""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+from xml.sax.saxutils import quoteattr
+
+from aiohttp import web
+
+from core.queue import ANYCAST, MULTICAST
+from core.security import Permission
+from gateway.http.rest import auth
+from gateway.http.rest.errors import fail, guarded
+from gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
+from gateway.http.rest.mapping import read_body
+from gateway.http.rest.service import SERVICE
+
+MAX_XML = 64 * 1024
+
+
+def parse_xml(body: bytes, what: str) -> ET.Element:
+    """The root element of a small XML document, or 400 saying why it is unusable."""
+    if len(body) > MAX_XML:
+        raise fail(web.HTTPRequestEntityTooLarge, f"{what} document is larger than {MAX_XML} bytes")
+    if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
+        raise fail(web.HTTPBadRequest, f"malformed {what} XML: DTDs and entities are not accepted")
+    try:
+        return ET.fromstring(body)
+    except ET.ParseError as e:
+        raise fail(web.HTTPBadRequest, f"malformed {what} XML: {e}") from None
+
+
+def xml_bool(el: ET.Element, tag: str, default: bool) -> bool:
+    child = el.find(tag)
+    if child is None or child.text is None or not child.text.strip():
+        return default
+    text = child.text.strip().lower()
+    if text not in ("true", "false"):
+        raise fail(web.HTTPBadRequest, f"<{tag}> must be true or false, got {child.text!r}")
+    return text == "true"
+
+
+@guarded
+async def head_destination(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    paths = svc.destination(request)
+    who = auth.principal(request, svc.engine)
+    perms = (Permission.SEND, Permission.CONSUME, Permission.BROWSE)
+    auth.check_any(svc.engine, who, perms, paths.name)
+    links = destination_links(svc.links(request), paths)
+    headers = links.headers()
+    if request.method == "HEAD":
+        return web.Response(status=200, headers=headers)
+    tag = "queue" if paths.kind == QUEUES else "topic"
+    rows = "".join(
+        f"<link rel={quoteattr(rel)} href={quoteattr(url)}/>" for rel, url in links.items
+    )
+    body = f"<{tag} name={quoteattr(paths.name)}>{rows}</{tag}>"
+    return web.Response(status=200, text=body, content_type="application/xml", headers=headers)
+
+
+@guarded
+async def create_queue(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    engine = svc.engine
+    who = auth.principal(request, engine)
+    root = parse_xml(await read_body(request, MAX_XML), "queue")
+    name = _name(root, "queue")
+    durable = xml_bool(root, "durable", True)
+    sel = root.find("selector")
+    selector = sel.text.strip() if sel is not None and sel.text and sel.text.strip() else None
+    perm = Permission.CREATE_DURABLE_QUEUE if durable else Permission.CREATE_NON_DURABLE_QUEUE
+    auth.check(engine, who, perm, name)
+    location = svc.links(request).url(Paths(QUEUES, name).root)
+    if engine.queue(name) is not None:
+        return web.Response(status=200, headers={"Location": location})
+    info = engine.post.addresses.get(name)
+    if info is not None and info.routing == MULTICAST:
+        raise fail(web.HTTPConflict, f"{name!r} is already a topic")
+    engine.create_queue(name, name, routing=ANYCAST, durable=durable, filter=selector)
+    if durable:
+        await engine.flush()
+    return web.Response(status=201, headers={"Location": location})
+
+
+@guarded
+async def create_topic(request: web.Request) -> web.StreamResponse:
+    svc = request.app[SERVICE]
+    engine = svc.engine
+    who = auth.principal(request, engine)
+    root = parse_xml(await read_body(request, MAX_XML), "topic")
+    name = _name(root, "topic")
+    auth.check(engine, who, Permission.CREATE_NON_DURABLE_QUEUE, name)
+    location = svc.links(request).url(Paths(TOPICS, name).root)
+    info = engine.post.addresses.get(name)
+    if (info is not None and info.routing == ANYCAST) or engine.queue(name) is not None:
+        raise fail(web.HTTPConflict, f"{name!r} is already a queue")
+    if info is not None:
+        return web.Response(status=200, headers={"Location": location})
+    engine.post.ensure_address(name, MULTICAST)
+    return web.Response(status=201, headers={"Location": location})
+
+
+def _name(root: ET.Element, tag: str) -> str:
+    if root.tag != tag:
+        raise fail(web.HTTPBadRequest, f"expected a <{tag}> document, got <{root.tag}>")
+    name = (root.get("name") or "").strip()
+    if not name:
+        raise fail(web.HTTPBadRequest, f'<{tag}> needs a name attribute: <{tag} name="...">')
+    if "/" in name or "*" in name or "#" in name:
+        raise fail(web.HTTPBadRequest, f"invalid {tag} name {name!r}: no '/' or wildcards")
+    return name
+
+
+def setup_routes(app: web.Application) -> None:
+    app.router.add_post("/queues", create_queue)
+    app.router.add_post("/topics", create_topic)
+    app.router.add_get("/queues/{name}", head_destination)
+    app.router.add_get("/topics/{name}", head_destination)
+
+
+__all__ = ["parse_xml", "setup_routes", "xml_bool"]

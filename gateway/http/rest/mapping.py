@@ -1,0 +1,227 @@
+"""HTTP headers <-> message properties, and the body as raw bytes with its Content-Type.
+
+Into a message (a POST):
+
+- every end-to-end request header becomes the property ``http_`` + its lower-cased name with
+  ``-`` turned into ``$`` (HornetQ's convention, so selectors can say
+  ``http_x$order = '42'``); transport and hop-by-hop headers (Host, Content-Length,
+  Connection, Authorization, Accept-Wait, User-Agent, Accept*, X-Forwarded-*, ...) are not
+  copied;
+- ``Content-Type`` is ALSO stored as ``content-type``, the property STOMP uses, so a STOMP
+  consumer gets ``content-type:`` with the exact body bytes.
+
+Out of a message (a pull answer or a push request):
+
+- ``Content-Type`` is the ``content-type`` property (or ``http_content$type``), else
+  ``application/octet-stream``; the body is the stored bytes, unchanged;
+- a property ``http_a$b`` is the header ``a-b`` (what was posted comes back as posted);
+- any other property (a STOMP header, an engine annotation such as ``_WS_DLQ_REASON``) is a
+  header of the same name when that name is a valid HTTP token and not one the server sets
+  itself (framing, ``Location``, ``Link``, the ``msg-*`` links...); values with line breaks are
+  left out;
+- ``msg-delivery-count`` says which delivery attempt this is (2 and up: redelivered).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+
+from aiohttp import web
+
+from core.message import Message, PropertyValue, property_text
+from gateway.http.rest.errors import fail
+
+CONTENT_TYPE = "content-type"
+HTTP_PREFIX = "http_"
+DEFAULT_TYPE = "application/octet-stream"
+DELIVERY_COUNT = "msg-delivery-count"
+
+# request headers that describe the transport, not the message
+_NOT_COPIED = frozenset(
+    (
+        "host",
+        "content-length",
+        "connection",
+        "keep-alive",
+        "transfer-encoding",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-authenticate",
+        "proxy-connection",
+        "authorization",
+        "accept-wait",
+        "user-agent",
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "accept-charset",
+        "expect",
+        "cookie",
+        "via",
+        "forwarded",
+        "x-forwarded-for",
+        "x-forwarded-host",
+        "x-forwarded-proto",
+        "x-forwarded-port",
+        "content-encoding",
+        "cache-control",
+        "pragma",
+        "origin",
+        "referer",
+        "date",
+        "if-match",
+        "if-none-match",
+        "if-modified-since",
+        "if-unmodified-since",
+    )
+)
+# response headers the server sets itself: never taken from a property
+_RESERVED = frozenset(
+    (
+        "content-type",
+        "content-length",
+        "content-encoding",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "date",
+        "server",
+        "location",
+        "link",
+        "retry-after",
+        "www-authenticate",
+        "set-cookie",
+        "host",
+        "authorization",
+        "expect",
+        DELIVERY_COUNT,
+    )
+)
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+
+
+def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, PropertyValue]:
+    """Message properties for the headers of a POST (see the module doc)."""
+    props: dict[str, str] = {}
+    for name, value in headers:
+        low = name.lower()
+        if low in _NOT_COPIED or low.startswith("sec-"):
+            continue
+        key = HTTP_PREFIX + low.replace("-", "$")
+        old = props.get(key)
+        props[key] = value if old is None else f"{old}, {value}"
+        if low == CONTENT_TYPE:
+            props[CONTENT_TYPE] = props[key]
+    return dict(props)
+
+
+def content_type(props: Mapping[str, PropertyValue], default: str = DEFAULT_TYPE) -> str:
+    v = props.get(CONTENT_TYPE)
+    if v is None:
+        v = props.get(HTTP_PREFIX + "content$type")
+    text = property_text(v) if v is not None else ""
+    return text if text and _clean(text) else default
+
+
+def _clean(value: str) -> bool:
+    return not any(c in value for c in "\r\n\x00")
+
+
+def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[str, str]:
+    """HTTP headers describing ``msg`` (Content-Type first, then its properties)."""
+    headers = {"Content-Type": content_type(msg.properties, default_type)}
+    for k, v in msg.properties.items():
+        if v is None:
+            continue
+        name = k[len(HTTP_PREFIX) :].replace("$", "-") if k.startswith(HTTP_PREFIX) else k
+        if (
+            not name
+            or name.lower() in _RESERVED
+            or name.startswith("msg-")
+            or not _TOKEN.match(name)
+        ):
+            continue
+        text = property_text(v)
+        if _clean(text):
+            headers[name] = text
+    return headers
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The request body, or 413 when it is larger than ``limit`` bytes."""
+    declared = request.content_length
+    if declared is not None and declared > limit:
+        raise fail(
+            web.HTTPRequestEntityTooLarge,
+            f"body of {declared} bytes is larger than max_body_size ({limit} bytes)",
+        )
+    chunks: list[bytes] = []
+    n = 0
+    async for chunk in request.content.iter_chunked(65536):
+        n += len(chunk)
+        if n > limit:
+            raise fail(
+                web.HTTPRequestEntityTooLarge,
+                f"body is larger than max_body_size ({limit} bytes)",
+            )
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+# -- query and form parameters --------------------------------------------------------------
+def parse_bool(name: str, value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in ("true", "1", "yes", "on"):
+        return True
+    if v in ("false", "0", "no", "off"):
+        return False
+    raise fail(web.HTTPBadRequest, f"invalid {name} {value!r}: expected true or false")
+
+
+def parse_int(
+    name: str, value: str | None, lo: int | None = None, hi: int | None = None
+) -> int | None:
+    if value is None:
+        return None
+    try:
+        n = int(value.strip())
+    except ValueError:
+        raise fail(web.HTTPBadRequest, f"invalid {name} {value!r}: expected an integer") from None
+    if (lo is not None and n < lo) or (hi is not None and n > hi):
+        span = f"{lo if lo is not None else ''}..{hi if hi is not None else ''}"
+        raise fail(web.HTTPBadRequest, f"invalid {name} {n}: expected {span}")
+    return n
+
+
+def parse_seconds(name: str, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        s = float(value.strip())
+    except ValueError:
+        raise fail(web.HTTPBadRequest, f"invalid {name} {value!r}: expected seconds") from None
+    if not s >= 0 or s == float("inf"):
+        raise fail(web.HTTPBadRequest, f"invalid {name} {value!r}: expected seconds >= 0")
+    return s
+
+
+__all__ = [
+    "CONTENT_TYPE",
+    "DEFAULT_TYPE",
+    "DELIVERY_COUNT",
+    "content_type",
+    "message_headers",
+    "parse_bool",
+    "parse_int",
+    "parse_seconds",
+    "properties_from_request",
+    "read_body",
+]

@@ -1,0 +1,221 @@
+"""Pull consumers: one engine consumer each, holding messages only while a client pulls.
+
+The engine consumer has a window of one and stays paused except while a consume-next or
+acknowledge-next request is waiting, so a REST consumer never sits on a message another
+consumer of the queue could take.  State per consumer:
+
+- auto-ack: ``next_index`` (the ``consume-next-{n}`` the client must use) and the last
+  message handed out (``cached``), returned again when the same URL is re-POSTed;
+- manual ack: ``pending`` (index and delivery awaiting its acknowledgement) or, when none,
+  ``next_index`` for the next ``acknowledge-next-{n}``; ``last_ack`` makes a re-POSTed
+  acknowledgement harmless.
+
+The reaper closes consumers idle longer than their timeout; closing gives an unacknowledged
+message back to the queue for redelivery and deletes a temporary topic subscription (a
+durable one stays, unless ``delete-when-idle`` was asked).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from core.consumer import Consumer, Delivery
+from core.engine import Engine, Subscription
+from core.message import Message
+
+log = logging.getLogger("waystation.rest")
+
+
+@dataclass(slots=True, frozen=True)
+class Snapshot:
+    """A delivered message as it was handed out (for idempotent re-POSTs)."""
+
+    message: Message
+    delivery_count: int
+
+
+class PullConsumer:
+    def __init__(
+        self,
+        cid: str,
+        kind: str,
+        destination: str,
+        auto_ack: bool,
+        *,
+        timeout: float,
+        durable_name: str | None = None,
+        delete_when_idle: bool = False,
+    ) -> None:
+        self.id = cid
+        self.kind = kind
+        self.destination = destination
+        self.auto_ack = auto_ack
+        self.timeout = timeout
+        self.durable_name = durable_name
+        self.delete_when_idle = delete_when_idle
+        self.sub: Subscription | None = None
+        self.lock = asyncio.Lock()
+        self.closed = False
+        self.busy = 0
+        self.last_used = time.monotonic()
+        self.next_index = 1
+        self.cached: tuple[int, Snapshot] | None = None
+        self.pending: tuple[int, Delivery] | None = None
+        self.last_ack: tuple[int, bool] | None = None
+        self._waiter: asyncio.Future[Delivery | None] | None = None
+        self._buffer: list[Delivery] = []
+
+    @property
+    def consumer(self) -> Consumer:
+        assert self.sub is not None
+        return self.sub.consumer
+
+    def attach(self, sub: Subscription) -> None:
+        self.sub = sub
+        sub.consumer.pause()  # before the dispatch add_consumer scheduled runs
+
+    # -- DeliveryHandler ----------------------------------------------------------------
+    def deliver(self, delivery: Delivery) -> None:
+        delivery.consumer.pause()
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(delivery)
+        else:
+            self._buffer.append(delivery)
+
+    def consumer_closed(self, consumer: Consumer, reason: str) -> None:
+        log.info("REST consumer %s closed by the engine: %s", self.id, reason)
+        self.closed = True
+        self._wake()
+
+    # -- pulling ------------------------------------------------------------------------
+    async def take(self, wait: float) -> Delivery | None:
+        """The next message, waiting up to ``wait`` seconds; None when none came."""
+        if self._buffer:
+            return self._buffer.pop(0)
+        if self.closed:
+            return None
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Delivery | None] = loop.create_future()
+        self._waiter = fut
+        handle: asyncio.TimerHandle | None = None
+        try:
+            self.consumer.resume()
+            if not fut.done() and wait > 0:
+                handle = loop.call_later(wait, _resolve_none, fut)
+                await fut
+        finally:
+            if handle is not None:
+                handle.cancel()
+            self._waiter = None
+            if not self.closed:
+                self.consumer.pause()
+        if fut.done() and not fut.cancelled():
+            return fut.result()
+        return None
+
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def touch(self) -> None:
+        self.last_used = time.monotonic()
+
+    def idle_for(self, now: float) -> float:
+        return 0.0 if self.busy else now - self.last_used
+
+    def close(self, engine: Engine, *, delete_durable: bool = False) -> None:
+        """Detach: an unacknowledged message goes back to its queue."""
+        if self.closed and self.sub is None:
+            return
+        self.closed = True
+        self._wake()
+        sub, self.sub = self.sub, None
+        self.pending = None
+        self._buffer.clear()
+        if sub is None:
+            return
+        try:
+            engine.unsubscribe(sub, delete_durable=delete_durable)
+        except Exception:  # the queue may be gone already
+            log.exception("closing REST consumer %s", self.id)
+
+
+def _resolve_none(fut: asyncio.Future[Delivery | None]) -> None:
+    if not fut.done():
+        fut.set_result(None)
+
+
+class Registry:
+    """Live pull consumers by id, and the reaper that closes idle ones."""
+
+    def __init__(self, engine: Engine, interval: float) -> None:
+        self.engine = engine
+        self.interval = interval
+        self.consumers: dict[str, PullConsumer] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.consumers)
+
+    def get(self, cid: str) -> PullConsumer | None:
+        c = self.consumers.get(cid)
+        if c is not None and c.closed:
+            self.remove(c)
+            return None
+        return c
+
+    def add(self, c: PullConsumer) -> None:
+        self.consumers[c.id] = c
+
+    def remove(self, c: PullConsumer, *, delete_durable: bool = False) -> None:
+        if self.consumers.get(c.id) is c:
+            del self.consumers[c.id]
+        c.close(self.engine, delete_durable=delete_durable)
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._reap())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for c in list(self.consumers.values()):
+            self.remove(c)
+
+    def wake_all(self) -> None:
+        for c in self.consumers.values():
+            c._wake()
+
+    def reap_once(self) -> int:
+        now = time.monotonic()
+        n = 0
+        for c in list(self.consumers.values()):
+            if c.closed or c.idle_for(now) > c.timeout:
+                log.info(
+                    "REST consumer %s on %s idle for %.1fs: removed",
+                    c.id,
+                    c.destination,
+                    c.idle_for(now),
+                )
+                self.remove(c, delete_durable=c.delete_when_idle and c.durable_name is not None)
+                n += 1
+        return n
+
+    async def _reap(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            try:
+                self.reap_once()
+            except Exception:
+                log.exception("REST consumer reaper")
+
+
+__all__ = ["PullConsumer", "Registry", "Snapshot"]

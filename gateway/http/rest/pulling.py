@@ -1,0 +1,173 @@
+"""Pulling messages: the consume-next and acknowledge-next protocols (see :mod:`pull`).
+
+- ``POST .../auto-ack/{id}/consume-next-{n}``: 200 with the message (acknowledged), a new
+  ``msg-consume-next`` and ``msg-consumer``; 503 + ``Retry-After`` + ``msg-consume-next`` when
+  nothing came within ``Accept-Wait`` seconds (capped at ``max_accept_wait``); the previous
+  URL again -> the same message; any other n -> 412 with the right link.
+- ``POST .../acknowledged/{id}/acknowledge-next-{n}``: 200 with the message (not yet
+  acknowledged) and ``msg-acknowledgement``; re-POSTed -> the same message; 503 as above.
+- ``POST .../acknowledgement/{n}`` with ``acknowledge=true|false``: 200 with
+  ``msg-acknowledge-next``; false gives the message back for redelivery; re-POSTed -> the
+  same answer; stale -> 412 with the right link.  A durable acknowledgement is answered once
+  it is on disk.
+- A durable subscription re-attached after a restart answers 412 with a fresh link: what it
+  handed out before is back in its queue.
+
+Requests on one consumer are served one at a time (a second waits for the first).
+"""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from gateway.http.rest.consumers import lookup, next_links, params
+from gateway.http.rest.errors import fail, guarded
+from gateway.http.rest.links import Paths
+from gateway.http.rest.mapping import DELIVERY_COUNT, message_headers, parse_bool, parse_seconds
+from gateway.http.rest.pull import PullConsumer, Snapshot
+from gateway.http.rest.service import SERVICE, RestService
+
+
+class Turn:
+    """One request on one consumer: builds its answers."""
+
+    def __init__(self, request: web.Request, c: PullConsumer, paths: Paths) -> None:
+        self.request = request
+        self.svc: RestService = request.app[SERVICE]
+        self.c = c
+        self.paths = paths
+
+    def links(self) -> dict[str, str]:
+        return next_links(self.svc.links(self.request), self.c, self.paths).headers()
+
+    def refuse(self, status: type[web.HTTPException], why: str) -> web.HTTPException:
+        headers = self.links()
+        if status is web.HTTPServiceUnavailable:
+            headers["Retry-After"] = str(max(0, round(self.svc.cfg.retry_after.total_seconds())))
+        return fail(status, why, headers)
+
+    def stale(self, why: str) -> web.HTTPException:
+        return self.refuse(web.HTTPPreconditionFailed, why)
+
+    def message(self, snap: Snapshot) -> web.Response:
+        headers = message_headers(snap.message)
+        headers[DELIVERY_COUNT] = str(snap.delivery_count)
+        headers.update(self.links())
+        return web.Response(status=200, body=snap.message.body, headers=headers)
+
+    def accept_wait(self) -> float:
+        wait = parse_seconds("Accept-Wait header", self.request.headers.get("Accept-Wait"))
+        return min(wait or 0.0, self.svc.cfg.max_accept_wait.total_seconds())
+
+    def gone(self) -> web.HTTPException:
+        return fail(web.HTTPNotFound, f"consumer {self.c.id!r} was closed")
+
+
+async def _turn(request: web.Request, auto_ack: bool) -> tuple[Turn, int]:
+    c, paths, fresh = await lookup(request, auto_ack)
+    turn = Turn(request, c, paths)
+    if fresh:
+        raise turn.stale("consumer re-attached after a restart: use the new link")
+    return turn, int(request.match_info["n"])
+
+
+@guarded
+async def consume_next(request: web.Request) -> web.StreamResponse:
+    turn, n = await _turn(request, True)
+    wait = turn.accept_wait()
+    c = turn.c
+    c.busy += 1
+    try:
+        async with c.lock:
+            c.touch()
+            if n == c.next_index:
+                d = await c.take(wait)
+                if c.closed:
+                    raise turn.gone()
+                if d is None:
+                    raise turn.refuse(web.HTTPServiceUnavailable, "no message available")
+                snap = Snapshot(d.message, d.delivery_count)
+                c.consumer.ack(d.tag)
+                c.cached = (n, snap)
+                c.next_index = n + 1
+                return turn.message(snap)
+            if c.cached is not None and c.cached[0] == n:
+                return turn.message(c.cached[1])
+            raise turn.stale(f"consume-next-{n} is stale")
+    finally:
+        c.busy -= 1
+        c.touch()
+
+
+@guarded
+async def acknowledge_next(request: web.Request) -> web.StreamResponse:
+    turn, n = await _turn(request, False)
+    wait = turn.accept_wait()
+    c = turn.c
+    c.busy += 1
+    try:
+        async with c.lock:
+            c.touch()
+            if c.pending is not None:
+                idx, held = c.pending
+                if idx != n:
+                    raise turn.stale(
+                        f"acknowledge-next-{n} is stale: a message awaits its acknowledgement"
+                    )
+                return turn.message(Snapshot(held.message, held.delivery_count))
+            if n != c.next_index:
+                raise turn.stale(f"acknowledge-next-{n} is stale")
+            d = await c.take(wait)
+            if c.closed:
+                raise turn.gone()
+            if d is None:
+                raise turn.refuse(web.HTTPServiceUnavailable, "no message available")
+            c.pending = (n, d)
+            return turn.message(Snapshot(d.message, d.delivery_count))
+    finally:
+        c.busy -= 1
+        c.touch()
+
+
+@guarded
+async def acknowledgement(request: web.Request) -> web.StreamResponse:
+    p = await params(request)
+    if "acknowledge" not in p:
+        raise fail(web.HTTPBadRequest, "missing form parameter acknowledge=true|false")
+    ack = parse_bool("acknowledge", p["acknowledge"], True)
+    turn, n = await _turn(request, False)
+    c = turn.c
+    c.busy += 1
+    try:
+        async with c.lock:
+            c.touch()
+            if c.pending is not None and c.pending[0] == n:
+                _, d = c.pending
+                c.pending = None
+                if ack:
+                    c.consumer.ack(d.tag)
+                else:
+                    c.consumer.nack(d.tag)
+                c.last_ack = (n, ack)
+                c.next_index = n + 1
+                if ack and d.message.durable and c.consumer.queue.durable:
+                    await turn.svc.engine.flush()
+            elif c.last_ack is None or c.last_ack[0] != n:
+                raise turn.stale(f"acknowledgement/{n} is stale")
+            return web.Response(status=200, headers=turn.links())
+    finally:
+        c.busy -= 1
+        c.touch()
+
+
+def setup_routes(app: web.Application) -> None:
+    r = app.router
+    n = "{n:[0-9]{1,18}}"
+    for kind, factory in (("queues", "pull-consumers"), ("topics", "pull-subscriptions")):
+        base = f"/{kind}/{{name}}/{factory}"
+        r.add_post(f"{base}/auto-ack/{{cid}}/consume-next-{n}", consume_next)
+        r.add_post(f"{base}/acknowledged/{{cid}}/acknowledge-next-{n}", acknowledge_next)
+        r.add_post(f"{base}/acknowledged/{{cid}}/acknowledgement/{n}", acknowledgement)
+
+
+__all__ = ["setup_routes"]

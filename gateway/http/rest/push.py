@@ -1,0 +1,273 @@
+"""Delivering to one push registration (a webhook) with retries.
+
+Each registration is an engine consumer with a window of one: a message is acknowledged only
+after the endpoint answered 2xx, so a crash or restart redelivers it.  Outcomes of one
+attempt:
+
+- 2xx: acknowledged, next message;
+- a transient failure (connection refused or reset, timeout after ``push_timeout``, 5xx, 408,
+  429): retried ``maxRetries`` times in all, ``retryWaitMillis`` apart; then, with
+  ``disableOnFailure``, the registration is disabled (the message goes back to the queue),
+  otherwise a new round of retries starts (the message is never dropped);
+- any other status (4xx...): the message is dead-lettered with a reason
+  (``remote-authentication`` 401, ``remote-authorization`` 403,
+  ``invalid-remote-destination`` 404/410, ``message-too-large`` 413, else
+  ``remote-rejected``) and the registration goes on.
+
+A request carries the message's body, Content-Type (the message's own, else ``link@type``)
+and properties as headers (see :mod:`mapping`), the registration's custom headers and Basic
+credentials.  ``rel="template"`` fills the URL parameter with the message id (stable across
+retries); ``rel="destination"`` HEADs the remote queue or topic once for its
+``msg-create-with-id`` and posts each message with id ``{node}-{registration}-{message}``, so
+the remote drops a repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import Callable
+
+import aiohttp
+
+from bridges.reasons import (
+    INVALID_REMOTE_DESTINATION,
+    MESSAGE_TOO_LARGE,
+    REMOTE_AUTHENTICATION,
+    REMOTE_AUTHORIZATION,
+    REMOTE_REJECTED,
+)
+from core.consumer import Consumer, Delivery
+from core.engine import Engine, Subscription
+from core.queue import ANYCAST, MULTICAST
+from gateway.http.rest.links import QUEUES
+from gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
+from gateway.http.rest.registration import DESTINATION, Registration
+
+log = logging.getLogger("waystation.rest.push")
+
+_TRANSIENT = frozenset((408, 425, 429))
+_REASONS = {
+    401: REMOTE_AUTHENTICATION,
+    403: REMOTE_AUTHORIZATION,
+    404: INVALID_REMOTE_DESTINATION,
+    410: INVALID_REMOTE_DESTINATION,
+    413: MESSAGE_TOO_LARGE,
+}
+
+
+class Transient(Exception):
+    """This attempt failed in a way worth retrying."""
+
+
+class Rejected(Exception):
+    """The endpoint refused this message for good (status, text)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+
+
+class Pusher:
+    def __init__(
+        self,
+        reg: Registration,
+        engine: Engine,
+        session: Callable[[], aiohttp.ClientSession],
+        timeout: float,
+        on_disabled: Callable[[Registration], None],
+    ) -> None:
+        self.reg = reg
+        self.engine = engine
+        self._session = session
+        self.timeout = aiohttp.ClientTimeout(total=timeout)
+        self._on_disabled = on_disabled
+        self.sub: Subscription | None = None
+        self.attempts = 0  # every request made (for status and tests)
+        self._pending: collections.deque[Delivery] = collections.deque()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._create_template: str | None = None
+
+    # -- life cycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Subscribe (raises on a bad selector or a refused queue) and start pushing."""
+        reg = self.reg
+        if not reg.enabled or self.sub is not None:
+            return
+        if reg.kind == QUEUES:
+            self.sub = self.engine.subscribe(
+                reg.destination, self, routing=ANYCAST, selector=reg.selector, window=1,
+                name=f"push-{reg.id}",
+            )  # fmt: skip
+        else:
+            assert reg.topic is not None
+            self.sub = self.engine.subscribe(
+                reg.topic, self, routing=MULTICAST, selector=reg.selector, window=1,
+                durable_name=reg.destination if reg.durable else None, owner=self,
+                name=f"push-{reg.id}",
+            )  # fmt: skip
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self, *, delete_subscription: bool = False) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._pending.clear()
+        sub, self.sub = self.sub, None
+        if sub is not None:
+            try:
+                self.engine.unsubscribe(sub, delete_durable=delete_subscription)
+            except Exception:
+                log.exception("push registration %s: unsubscribing", self.reg.id)
+        elif (
+            delete_subscription
+            and self.reg.topic is not None
+            and self.reg.destination in self.engine.post.queues
+        ):
+            self.engine.delete_queue(self.reg.destination)
+
+    # -- DeliveryHandler ----------------------------------------------------------------
+    def deliver(self, delivery: Delivery) -> None:
+        self._pending.append(delivery)
+        self._ready.set()
+
+    def consumer_closed(self, consumer: Consumer, reason: str) -> None:
+        log.warning("push registration %s stopped: %s", self.reg.id, reason)
+        self.sub = None
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    # -- pushing ------------------------------------------------------------------------
+    async def _run(self) -> None:
+        while True:
+            while not self._pending:
+                self._ready.clear()
+                await self._ready.wait()
+            d = self._pending.popleft()
+            if self.sub is None or d.consumer.closed or not d.consumer.is_in_flight(d.tag):
+                continue
+            try:
+                if not await self._push(d):
+                    return  # disabled
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug: give the message back rather than lose it
+                log.exception("push registration %s: delivery failed", self.reg.id)
+                if d.consumer.is_in_flight(d.tag):
+                    d.consumer.nack(d.tag)
+
+    async def _push(self, d: Delivery) -> bool:
+        """Deliver one message; False when the registration got disabled."""
+        reg = self.reg
+        wait = reg.retry_wait_ms / 1000
+        while True:
+            for attempt in range(reg.max_retries):
+                if attempt:
+                    await asyncio.sleep(wait)
+                try:
+                    await self._attempt(d)
+                except Transient as e:
+                    log.info(
+                        "push %s: attempt %d of %d failed: %s",
+                        reg.id,
+                        attempt + 1,
+                        reg.max_retries,
+                        e,
+                    )
+                    continue
+                except Rejected as e:
+                    reason = _REASONS.get(e.status, REMOTE_REJECTED)
+                    log.warning(
+                        "push %s: message %d dead-lettered (%s): %s",
+                        reg.id,
+                        d.message.id,
+                        reason,
+                        e,
+                    )
+                    self.engine.dead_letter_delivery(d.consumer, d.tag, reason, str(e))
+                    d.consumer.queue.dispatch()
+                    return True
+                d.consumer.ack(d.tag)
+                d.consumer.queue.dispatch()
+                return True
+            if reg.disable_on_failure:
+                log.warning(
+                    "push %s: %d attempts failed; registration disabled", reg.id, reg.max_retries
+                )
+                reg.enabled = False
+                sub, self.sub = self.sub, None
+                if sub is not None:
+                    self.engine.unsubscribe(sub)  # the message goes back to the queue
+                self._on_disabled(reg)
+                return False
+            log.warning("push %s: %d attempts failed; retrying", reg.id, reg.max_retries)
+            await asyncio.sleep(wait)
+
+    async def _attempt(self, d: Delivery) -> None:
+        reg = self.reg
+        msg = d.message
+        self.attempts += 1
+        if reg.rel == DESTINATION:
+            template = await self._remote_template()
+            url = template.replace("{id}", f"{self.engine.node_name}-{reg.id}-{msg.id}")
+            method = "POST"
+        else:
+            url = reg.target(str(msg.id))
+            method = reg.method
+        headers = message_headers(msg, default_type=reg.type or DEFAULT_TYPE)
+        for name, value in reg.headers:
+            headers[name] = value
+        headers.update(self._auth())
+        try:
+            async with self._session().request(
+                method, url, data=msg.body, headers=headers, timeout=self.timeout
+            ) as resp:
+                await resp.read()
+                status = resp.status
+                text = resp.reason or ""
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise Transient(f"{url}: {e!r}") from None
+        if 200 <= status < 300:
+            return
+        if status >= 500 or status in _TRANSIENT:
+            raise Transient(f"{url} answered {status} {text}")
+        raise Rejected(status, f"{method} {url} answered {status} {text}")
+
+    def _auth(self) -> dict[str, str]:
+        reg = self.reg
+        if reg.username is None:
+            return {}
+        return {"Authorization": aiohttp.encode_basic_auth(reg.username, reg.password or "")}
+
+    async def _remote_template(self) -> str:
+        """``msg-create-with-id`` of the remote destination (asked once)."""
+        if self._create_template is not None:
+            return self._create_template
+        href = self.reg.href
+        try:
+            async with self._session().head(
+                href, headers=self._auth(), timeout=self.timeout
+            ) as resp:
+                status = resp.status
+                found = resp.headers.get("msg-create-with-id")
+                if found is None and "create-with-id" in resp.links:
+                    found = str(resp.links["create-with-id"]["url"])
+        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            raise Transient(f"HEAD {href}: {e!r}") from None
+        if status >= 500 or status in _TRANSIENT:
+            raise Transient(f"HEAD {href} answered {status}")
+        if status >= 300 or not found or "{id}" not in found:
+            raise Rejected(
+                404 if status < 300 else status, f"HEAD {href}: no msg-create-with-id ({status})"
+            )
+        self._create_template = found
+        return found
+
+
+__all__ = ["Pusher"]

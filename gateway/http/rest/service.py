@@ -1,0 +1,74 @@
+"""What every REST handler shares: the engine, the config, and destination look-ups.
+
+``/queues/{name}`` is the anycast queue ``name`` (STOMP ``/queue/name``); ``/topics/{name}``
+is the multicast address ``name`` (STOMP ``/topic/name``).  A name that does not exist yet
+is served when the address settings let it be auto-created (as a STOMP SEND or SUBSCRIBE
+would create it); it is then created lazily, by the first POST or consumer, never by a GET.
+Otherwise, and when the name is taken by the other kind, the answer is 404.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from core.address import InvalidAddress, validate_name
+from core.engine import Engine
+from core.queue import ANYCAST, MULTICAST
+from gateway.http.rest.errors import fail
+from gateway.http.rest.links import QUEUES, Links, Paths
+
+if TYPE_CHECKING:
+    from config.listeners import RestConfig
+
+
+@dataclass(slots=True)
+class RestService:
+    engine: Engine
+    cfg: RestConfig
+    data_dir: Path | None
+
+    def links(self, request: web.Request) -> Links:
+        return Links(request, self.cfg.use_link_headers)
+
+    def destination(self, request: web.Request) -> Paths:
+        """The queue or topic named in the URL, or 404 (see the module doc)."""
+        kind = QUEUES if request.path.startswith("/queues/") else "topics"
+        name = request.match_info["name"]
+        try:
+            validate_name(name, allow_wildcards=False)
+        except InvalidAddress as e:
+            raise fail(web.HTTPBadRequest, f"invalid destination name: {e}") from None
+        if kind == QUEUES:
+            self.check_queue(name)
+        else:
+            self.check_topic(name)
+        return Paths(kind, name)
+
+    def check_queue(self, name: str) -> None:
+        engine = self.engine
+        if engine.queue(name) is not None:
+            return
+        info = engine.post.addresses.get(name)
+        if info is not None and info.routing == MULTICAST:
+            raise fail(web.HTTPNotFound, f"{name!r} is a topic, not a queue: use /topics/{name}")
+        if not engine.settings.resolve(name).auto_create_queues:
+            raise fail(web.HTTPNotFound, f"queue {name!r} does not exist")
+
+    def check_topic(self, name: str) -> None:
+        engine = self.engine
+        info = engine.post.addresses.get(name)
+        if (info is not None and info.routing == ANYCAST) or (
+            info is None and engine.queue(name) is not None
+        ):
+            raise fail(web.HTTPNotFound, f"{name!r} is a queue, not a topic: use /queues/{name}")
+        if info is None and not engine.settings.resolve(name).auto_create_addresses:
+            raise fail(web.HTTPNotFound, f"topic {name!r} does not exist")
+
+
+SERVICE = web.AppKey("rest_service", RestService)
+
+__all__ = ["SERVICE", "RestService"]
