@@ -5,11 +5,13 @@ browser goes through a squid that denies WebSocket (CONNECT and upgrades), even 
 loopback; the same page, with sockjs-client at ``/sockjs/stomp``, must fall back to HTTP
 streaming or polling.  Each scenario subscribes to a queue and a topic, sends and
 receives, and exchanges messages with stomp.py over TCP; a screenshot of the page is kept
-as evidence (tests/browser/artifacts, and docs/evidence for the committed copies).
+as evidence in tests/browser/artifacts (``WAYSTATION_EVIDENCE=1`` also refreshes the
+committed copies in docs/evidence).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Iterator
@@ -95,6 +97,14 @@ def exchange(page: Any, node: NodeProcess, q: str, t: str, shot: str) -> dict[st
     return state
 
 
+def keep_evidence(shot: str, name: str) -> None:
+    """Copy a screenshot to docs/evidence (committed) when WAYSTATION_EVIDENCE=1; a normal run
+    leaves the tracked copies alone and keeps its own in tests/browser/artifacts."""
+    if os.environ.get("WAYSTATION_EVIDENCE") == "1":
+        EVIDENCE.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ARTIFACTS / shot, EVIDENCE / name)
+
+
 def page_url(server: Any, **params: str) -> str:
     return f"{server.url}/?{urlencode(params)}"
 
@@ -112,8 +122,7 @@ def test_stompjs_over_websocket_at_stomp(node, playwright, chromium, page_server
         assert state["transport"] == "native websocket"
     finally:
         browser.close()
-    EVIDENCE.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ARTIFACTS / "stomp-websocket.png", EVIDENCE / "browser-stomp-websocket.png")
+    keep_evidence("stomp-websocket.png", "browser-stomp-websocket.png")
 
 
 @pytest.mark.parametrize(
@@ -159,5 +168,4 @@ def test_stompjs_through_sockjs_when_a_proxy_blocks_websocket(
         log,
     ), log
     if evidence:
-        EVIDENCE.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ARTIFACTS / shot, EVIDENCE / evidence)
+        keep_evidence(shot, evidence)
