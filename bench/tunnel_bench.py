@@ -25,7 +25,6 @@ from nodekit import NodeProcess  # noqa: E402
 from squidkit import Squid  # noqa: E402
 from tunnelkit import AsyncStomp  # noqa: E402
 
-HTTP = "[acceptors.http.rest]\nenabled = false\n[acceptors.http.sockjs]\nenabled = false\n"
 BODY = b"x" * 100
 
 
@@ -60,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="tunnel-bench-"))
     work.chmod(0o755)  # squid's proxy user writes its logs here
-    node = NodeProcess(work / "node", http=HTTP, log_level="WARNING").start()
+    node = NodeProcess(work / "node", http=True, log_level="WARNING").start()
     squid = None if args.no_squid else Squid(work / "squid").start()
     try:
         url = node.http_url + "/tunnel"

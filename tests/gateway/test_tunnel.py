@@ -24,10 +24,6 @@ HTTP = f"""
 [acceptors.http.tunnel]
 response_time = "{RESPONSE_TIME}s"
 session_timeout = "{SESSION_TIMEOUT}s"
-[acceptors.http.rest]
-enabled = false
-[acceptors.http.sockjs]
-enabled = false
 """
 CONNECT = encode_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
 

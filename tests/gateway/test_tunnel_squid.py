@@ -23,8 +23,7 @@ N = 10_000
 def node(tmp_path_factory):
     n = NodeProcess(
         tmp_path_factory.mktemp("tunnel-squid-node"),
-        http='[acceptors.http.tunnel]\nresponse_time = "2s"\n'
-        "[acceptors.http.rest]\nenabled = false\n[acceptors.http.sockjs]\nenabled = false\n",
+        http='[acceptors.http.tunnel]\nresponse_time = "2s"\n',
     ).start()
     yield n
     n.stop()
