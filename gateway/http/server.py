@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from core.engine import Engine
-from gateway.stomp.session import StompOptions
+from gateway.stomp.session import SERVER_NAME, StompOptions
 
 if TYPE_CHECKING:
     from config.listeners import HttpAcceptor
@@ -37,6 +37,10 @@ class HttpContext:
 CONTEXT = web.AppKey("context", HttpContext)
 
 
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers["Server"] = SERVER_NAME
+
+
 class HttpServer:
     def __init__(
         self, ctx: HttpContext, host: str, port: int, tls: ssl.SSLContext | None = None
@@ -53,6 +57,7 @@ class HttpServer:
             client_max_size=max(cfg.rest.max_body_size, cfg.tunnel.max_request_size)
         )
         self.app[CONTEXT] = ctx
+        self.app.on_response_prepare.append(_server_header)
         if cfg.rest.enabled:
             rest.setup(self.app, ctx)
         if cfg.websocket.enabled:
