@@ -55,12 +55,7 @@ from typing import TYPE_CHECKING
 
 from bridges.dial import Target
 from bridges.outgoing import send_frame
-from bridges.reasons import (
-    IN_DOUBT_TIMEOUT,
-    REMOTE_AUTHENTICATION,
-    ROUTING_TIMEOUT,
-    classify_error,
-)
+from bridges.reasons import classify_error
 from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
 from bridges.spec import BridgeSpec
 from bridges.stomp_link import StompLink
@@ -71,6 +66,7 @@ from core.message import (
     now_ms,
 )
 from core.queue import ANYCAST
+from core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
 from core.settings import AddressSettings
 from wire.stomp import Frame
 

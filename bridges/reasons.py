@@ -1,4 +1,4 @@
-"""Why a bridge gives a message up: dead-letter reason codes and how remote ERRORs map to them.
+"""How a remote ERROR maps to a dead-letter reason (the reasons themselves: core.reasons).
 
 A remote ERROR frame is either *permanent* for the message it names (the remote will refuse
 it however often it is resent: dead-letter it and go on with the next) or *transient* (store
@@ -8,14 +8,13 @@ the phrases below cover Waystation's own errors and the usual wording of other S
 
 from __future__ import annotations
 
-# dead-letter reasons (DESIGN §2), as written into _WS_DLQ_REASON
-INVALID_REMOTE_DESTINATION = "invalid-remote-destination"
-REMOTE_AUTHORIZATION = "remote-authorization"
-REMOTE_AUTHENTICATION = "remote-authentication"
-MESSAGE_TOO_LARGE = "message-too-large"
-ROUTING_TIMEOUT = "routing-timeout"
-IN_DOUBT_TIMEOUT = "in-doubt-timeout"
-REMOTE_REJECTED = "remote-rejected"  # any other permanent refusal of one message
+from core.reasons import (
+    INVALID_REMOTE_DESTINATION,
+    MESSAGE_TOO_LARGE,
+    REMOTE_AUTHENTICATION,
+    REMOTE_AUTHORIZATION,
+    REMOTE_REJECTED,
+)
 
 _TRANSIENT = (
     "store failure",

@@ -31,23 +31,17 @@ from core.message import (
     Message,
     now_ms,
 )
-from core.persistence import Persistence, QueueRecord
+from core.persistence import RT_MESSAGE, Persistence, QueueRecord
 from core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
+from core.reasons import ADDRESS_FULL, EXPIRED, MAX_DELIVERIES, NO_ROUTE, UNKNOWN_NODE
 from core.settings import FullPolicy, Resolved, SettingsRepository
-from core.store.api import Op, delete
+from core.store.api import Op, delete, put
 from core.transaction import Transaction
 
 log = logging.getLogger("waystation.postoffice")
 
 SF_PREFIX = "sf."
 MAX_ROUTE_DEPTH = 16
-
-# dead-letter reasons (DESIGN §2)
-EXPIRED = "expired"
-MAX_DELIVERIES = "max-deliveries"
-NO_ROUTE = "no-route"
-UNKNOWN_NODE = "invalid-remote-node"
-ADDRESS_FULL = "address-full"
 
 
 class RoutingError(Exception):
@@ -60,6 +54,10 @@ class AddressFull(Exception):
 
 class QueueExists(Exception):
     pass
+
+
+class InvalidMessage(ValueError):
+    """The message cannot be stored (a number out of range, text that is not Unicode)."""
 
 
 class AddressInfo:
@@ -415,19 +413,12 @@ class PostOffice:
             else:
                 return self._route_remote(msg, node or "", local, ops)
         dup = msg.duplicate_id()
-        if dup is not None:
-            cache = self.dup_cache(address)
-            if dup in cache:
-                log.debug("duplicate id %r on %s: message dropped", dup, address)
-                if self.events is not None:
-                    self.events.emit(
-                        "duplicate", msg.id, address, msg.size(), duplicate_id=str(dup)
-                    )
-                return False
-            rid = self.ids()
-            for old in cache.add(dup, rid):
-                ops.append(delete(old))
-            ops.append(self.persistence.duplicate_op(rid, address, dup))
+        if dup is not None and dup in self.dup_cache(address):
+            log.debug("duplicate id %r on %s: message dropped", dup, address)
+            if self.events is not None:
+                self.events.emit("duplicate", msg.id, address, msg.size(), duplicate_id=str(dup))
+            return False
+        dup_op = self._duplicate_op(dup, address) if dup is not None else None
         repo = self.repo
         if repo.has_expiry_delays() or repo.has_size_limits():  # skipped in the common case
             s = self.settings(address)
@@ -440,7 +431,12 @@ class PostOffice:
             ):
                 if self.events is not None:
                     self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
+                self._remember(dup, dup_op, address, ops)
                 return False
+        # whatever can fail (encoding the message and its duplicate id) comes before the first
+        # change (duplicate cache, queues), so a refused message leaves no trace; the journal
+        # record reuses this encoding
+        encoded = self._encode(msg) if msg.durable else None
         if self.events is not None:
             self.events.emit("accepted", msg.id, address, msg.size(), durable=msg.durable)
         sync = False
@@ -463,11 +459,43 @@ class PostOffice:
                     sync |= self.route(copy, ops, None, depth + 1)
                     exclusive |= d.exclusive
             if exclusive:
+                self._remember(dup, dup_op, address, ops)
                 return sync
-        return self._route_local(msg, ops, routing=routing) or sync
+        sync = self._route_local(msg, ops, routing=routing, encoded=encoded) or sync
+        self._remember(dup, dup_op, address, ops)
+        return sync
+
+    def _duplicate_op(self, dup: str | bytes, address: str) -> Op:
+        try:
+            return self.persistence.duplicate_op(self.ids(), address, dup)
+        except (OverflowError, ValueError, TypeError) as e:
+            raise InvalidMessage(f"duplicate id {dup!r} cannot be stored: {e}") from None
+
+    def _remember(
+        self, dup: str | bytes | None, op: Op | None, address: str, ops: list[Op]
+    ) -> None:
+        """Record a routed message's duplicate id (only once it was routed: a refused
+        message's id must not turn its corrected resend into a duplicate)."""
+        if dup is None or op is None:
+            return
+        for old in self.dup_cache(address).add(dup, op.rid):
+            ops.append(delete(old))
+        ops.append(op)
+
+    @staticmethod
+    def _encode(msg: Message) -> bytes:
+        try:
+            return msg.encode()
+        except (OverflowError, ValueError, TypeError) as e:  # msgpack: int range, str, type
+            raise InvalidMessage(f"message to {msg.address!r} cannot be stored: {e}") from None
 
     def _route_local(
-        self, msg: Message, ops: list[Op], routing: str | None = None, dead_letter: bool = False
+        self,
+        msg: Message,
+        ops: list[Op],
+        routing: str | None = None,
+        dead_letter: bool = False,
+        encoded: bytes | None = None,
     ) -> bool:
         address = msg.address
         queues = self.bindings(address)
@@ -476,6 +504,8 @@ class PostOffice:
         sync = False
         stored = False
         durable = msg.durable
+        if durable and encoded is None:  # dead-letter and store-and-forward copies
+            encoded = self._encode(msg)
         for q in queues:
             if q.filter is not None and not q.filter.matches(msg):
                 continue
@@ -483,7 +513,8 @@ class PostOffice:
             if durable and q.durable:
                 rid = self.ids()
                 if not stored:
-                    ops.append(self.persistence.message_op(msg))
+                    assert encoded is not None
+                    ops.append(put(msg.id, RT_MESSAGE, encoded))  # Persistence.message_op
                     stored = True
                 ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
                 sync = True
@@ -544,4 +575,15 @@ class PostOffice:
             shutil.rmtree(self._tmp_dir, ignore_errors=True)
 
 
-__all__ = ["PostOffice", "RoutingError", "AddressFull", "QueueExists"]
+__all__ = [
+    "ADDRESS_FULL",
+    "EXPIRED",
+    "MAX_DELIVERIES",
+    "NO_ROUTE",
+    "UNKNOWN_NODE",
+    "AddressFull",
+    "InvalidMessage",
+    "PostOffice",
+    "QueueExists",
+    "RoutingError",
+]

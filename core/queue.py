@@ -23,6 +23,7 @@ import msgpack
 from core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
 from core.filter import Filter
 from core.message import GROUP_ID, Message, now_ms
+from core.reasons import MAX_DELIVERIES
 from core.settings import Resolved
 
 if TYPE_CHECKING:
@@ -437,7 +438,7 @@ class Queue:
             if 0 <= s.max_delivery_attempts <= ref.delivery_count:
                 self.ctx.dead_letter(
                     ref,
-                    "max-deliveries",
+                    MAX_DELIVERIES,
                     f"delivered {ref.delivery_count} times without acknowledgement",
                 )
                 continue

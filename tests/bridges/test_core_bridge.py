@@ -16,19 +16,18 @@ from bridges.backoff import RetryPolicy
 from bridges.core_bridge import CoreBridge
 from bridges.dial import Target
 from bridges.proxy import ProxyError, connect_request, open_tunnel, parse_status
-from bridges.reasons import (
-    INVALID_REMOTE_DESTINATION,
-    MESSAGE_TOO_LARGE,
-    REMOTE_AUTHORIZATION,
-    REMOTE_REJECTED,
-    classify_error,
-    is_authentication_failure,
-)
+from bridges.reasons import classify_error, is_authentication_failure
 from bridges.spec import BridgeSpec
 from bridges.stomp_link import LinkOptions, StompLink
 from core.consumer import Delivery
 from core.engine import Engine, EngineConfig
 from core.message import Message
+from core.reasons import (
+    INVALID_REMOTE_DESTINATION,
+    MESSAGE_TOO_LARGE,
+    REMOTE_AUTHORIZATION,
+    REMOTE_REJECTED,
+)
 from core.settings import AddressSettings
 from gateway.stomp.server import StompServer
 from gateway.stomp.session import StompOptions

@@ -1,4 +1,5 @@
-"""Helpers for REST tests: link reading, a producer and consumer walk, a webhook sink."""
+"""Helpers for REST tests: link reading, a producer and consumer walk, a webhook sink, push
+registration, raw requests (bytes no HTTP client would send)."""
 
 from __future__ import annotations
 
@@ -159,3 +160,29 @@ async def drain(s: aiohttp.ClientSession, destination: str, wait: float = 0.0) -
     async with s.delete(consumer) as r:
         assert r.status == 204
     return out
+
+
+async def register(
+    s: aiohttp.ClientSession, factory: str, doc: str | bytes, status: int = 201
+) -> str:
+    """POST a push registration document; returns its Location."""
+    async with s.post(factory, data=doc, headers={"Content-Type": "application/xml"}) as r:
+        assert r.status == status, (r.status, await r.text())
+        return r.headers["Location"]
+
+
+async def raw_request(port: int, head: bytes, body: bytes = b"") -> tuple[int, str]:
+    """Send one request whose head is given as bytes (e.g. a header that is not UTF-8);
+    -> (status, body text)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(
+            head.rstrip(b"\r\n")
+            + f"\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
+        data = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    status_line, _, rest = data.partition(b"\r\n")
+    return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2].decode(errors="replace")

@@ -1,4 +1,5 @@
-"""REST discovery (HEAD/GET with link headers) and creating queues and topics over HTTP."""
+"""REST discovery (HEAD/GET with link headers), creating queues and topics over HTTP, the
+names REST refuses to serve, and XML documents with DTDs in any encoding."""
 
 from __future__ import annotations
 
@@ -183,3 +184,83 @@ def test_create_queue_and_topic_with_xml(node, run):
             assert await drain(s, f"{node.http_url}/queues/{name}") == [b"kept"]
 
     run(after())
+
+
+def test_names_rest_does_not_serve(node, run):
+    """node::address would be sent to another node while consumers read a local queue of
+    that name; sf.* queues belong to bridges; odd names are refused as the config does."""
+
+    async def go():
+        base = node.http_url
+        sf = "store-and-forward addresses are not served over REST"
+        async with aiohttp.ClientSession() as s:
+            for path, why in [
+                ("/queues/a::b", sf),
+                ("/topics/a::b", sf),
+                ("/queues/sf.other-node", "store-and-forward queues"),
+                ("/queues/a..b", "empty word"),
+                ("/queues/a.*", "wildcard"),
+                ("/queues/a%20b", "white space"),
+                (f"/queues/{'x' * 300}", "longer than 255"),
+            ]:
+                for method in ("HEAD", "GET", "POST"):
+                    url = base + path + ("/create" if method == "POST" else "")
+                    async with s.request(method, url, data=b"x") as r:
+                        assert r.status == 400, (method, path, r.status)
+                        if method != "HEAD":
+                            assert why in await r.text(), (path, await r.text())
+            for name, why in [
+                ("a::b", sf),
+                ("a b", "white space"),
+                ("a\tb", "white space"),
+                ("x" * 3000, "longer than 255"),
+                ("sf.x", "store-and-forward queues"),
+                ("a/b", "'/'"),
+            ]:
+                for tag in ("queue", "topic"):
+                    doc = f'<{tag} name="{name}"/>'.replace("\t", "&#9;")
+                    async with s.post(f"{base}/{tag}s", data=doc) as r:
+                        assert r.status == 400, (tag, name)
+                        assert f"invalid {tag} name" in await r.text()
+                        assert why in await r.text(), await r.text()
+            t = unique("t")
+            form = {"durable": "true", "name": "a b"}
+            async with s.post(f"{base}/topics/{t}/pull-subscriptions", data=form) as r:
+                assert r.status == 400
+                assert "invalid subscription name" in await r.text()
+            assert await drain(s, f"{base}/queues/DLQ") == []  # nothing went astray
+
+    run(go())
+
+
+def test_dtds_are_refused_in_every_encoding(node, run):
+    """The check happens in the parser, after decoding: a UTF-16 document cannot hide its
+    DOCTYPE (a byte search for b"<!DOCTYPE" did not see it and the entity was expanded)."""
+    entity = '<!DOCTYPE q [<!ENTITY h "http://127.0.0.1:1/evil">]>'
+    docs = {
+        "queue": f'<?xml version="1.0"?>{entity}<queue name="{unique("dtd")}"/>',
+        "push": f'<?xml version="1.0"?>{entity}<push-registration><link href="&h;"/>'
+        "</push-registration>",
+        "doctype only": f'<!DOCTYPE queue><queue name="{unique("dtd")}"/>',
+    }
+
+    async def go():
+        base = node.http_url
+        async with aiohttp.ClientSession() as s:
+            for what, text in docs.items():
+                url = (
+                    f"{base}/queues/{unique()}/push-consumers"
+                    if what == "push"
+                    else base + "/queues"
+                )
+                for encoding in ("UTF-8", "UTF-16", "UTF-16BE"):  # (BE: no BOM)
+                    body = text.replace('version="1.0"', f'version="1.0" encoding="{encoding}"')
+                    async with s.post(url, data=body.encode(encoding.replace("BE", "-BE"))) as r:
+                        assert r.status == 400, (what, encoding, r.status, await r.text())
+                        assert "DTDs and entities are not accepted" in await r.text()
+            name = unique("utf16")  # UTF-16 itself is fine
+            body = f'<?xml version="1.0" encoding="utf-16"?><queue name="{name}"/>'
+            async with s.post(f"{base}/queues", data=body.encode("utf-16")) as r:
+                assert r.status == 201, await r.text()
+
+    run(go())

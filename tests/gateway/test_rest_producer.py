@@ -10,7 +10,7 @@ import uuid
 import aiohttp
 import pytest
 from nodekit import NodeProcess
-from restkit import drain, link, post
+from restkit import consume, drain, link, post, raw_request
 from stompkit import unique
 
 CONFIG = """
@@ -226,6 +226,47 @@ def test_bad_parameters_get_400_and_big_bodies_413(node, run):
     run(go())
 
 
+def test_a_refused_post_leaves_no_trace(node, run):
+    """An expiry beyond the store's 64-bit milliseconds and a header that is not UTF-8 are
+    400, and the refused message left nothing behind: its duplicate id is free for the
+    corrected resend, and no subscriber got it (before, some queues had it already)."""
+    q, t = unique(), unique("t")
+
+    async def go():
+        async with aiohttp.ClientSession() as s:
+            url = f"{node.http_url}/queues/{q}/create/abc"
+            for params, why in [
+                ({"expiration": str(10**23)}, "invalid expiration 100000000000000000000000"),
+                ({"ttl": str(2**63 - 1)}, "invalid ttl"),
+            ]:
+                async with s.post(url, data=b"x", params={"durable": "true", **params}) as r:
+                    assert r.status == 400, (r.status, await r.text())
+                    assert why in await r.text()
+            await post(s, url, b"x", params={"durable": "true", "ttl": "60000"})
+            assert await drain(s, f"{node.http_url}/queues/{q}") == [b"x"]
+
+            base = f"{node.http_url}/topics/{t}"
+            nexts = []
+            for form in ({}, {"durable": "true", "name": unique("keep")}):
+                async with s.post(f"{base}/pull-subscriptions", data=form) as r:
+                    assert r.status == 201
+                    nexts.append(r.headers["msg-consume-next"])
+            head = (
+                f"POST /topics/{t}/create/id1?durable=true HTTP/1.1\r\n"
+                f"Host: 127.0.0.1\r\nX-Foo: caf"
+            ).encode() + b"\xff"
+            status, text = await raw_request(node.http_port, head, b"refused")
+            assert status == 400
+            assert "X-Foo" in text and "not valid UTF-8" in text
+            for nxt in nexts:
+                assert (await consume(s, nxt)).status == 503  # nobody got it
+            await post(s, f"{base}/create/id1", b"good", params={"durable": "true"})
+            for nxt in nexts:
+                assert (await consume(s, nxt, wait=2)).body == b"good"
+
+    run(go())
+
+
 def test_durable_messages_survive_a_restart(tmp_path, run):
     node = NodeProcess(tmp_path, http="[acceptors.http.rest]\ndefault_durable_send = true").start()
     q = unique()
@@ -239,7 +280,7 @@ def test_durable_messages_survive_a_restart(tmp_path, run):
                 await post(s, create, b"durable", params={"durable": "true"})
 
         run(send())
-        node.kill9()  # the 201 came after the fsync: nothing durable may be lost
+        node.kill9()  # nothing answered 201 durably may be lost (the wait: test_rest_fsync)
         node.start()
 
         async def check():

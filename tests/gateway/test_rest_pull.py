@@ -22,11 +22,11 @@ def node(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory):
-    """Consumers idle for 1 s are reaped; Accept-Wait is capped at 1 s."""
+    """Consumers idle for 1 s are reaped; Accept-Wait is capped at 3 s."""
     n = NodeProcess(
         tmp_path_factory.mktemp("rest-reap"),
         http='[acceptors.http.rest]\nconsumer_session_timeout = "1s"\n'
-        'session_timeout_task_interval = "100ms"\nmax_accept_wait = "1s"\nretry_after = "2s"',
+        'session_timeout_task_interval = "100ms"\nmax_accept_wait = "3s"\nretry_after = "2s"',
     ).start()
     yield n
     n.stop()
@@ -218,9 +218,9 @@ def test_lost_acknowledgement_is_redelivered_after_the_consumer_times_out(quick,
             # the client crashes before acknowledging; a second consumer waits
             _, m1 = await _consumer(s, base, autoAck="false")
             t0 = time.monotonic()
-            got2 = await consume(s, m1, wait=1)  # capped at max_accept_wait = 1s
+            got2 = await consume(s, m1, wait=0.5)
             assert got2.status == 503 and got2.headers["Retry-After"] == "2"
-            assert time.monotonic() - t0 < 2.5
+            assert time.monotonic() - t0 < 1.5
             got2 = await consume(s, m1, wait=1)
             while got2.status == 503:  # the reaper returns it within about 1 s
                 assert time.monotonic() - t0 < 6, "not redelivered"
@@ -252,9 +252,12 @@ def test_reaper_spares_consumers_in_use(quick, run):
                     assert r.status == 200
             async with s.get(idle) as r:
                 assert r.status == 404
-            # a long poll is activity too: a consumer waiting in Accept-Wait stays
-            got = await consume(s, n1, wait=1)
-            assert got.status == 503
+            # a long poll is activity too: a consumer waiting in Accept-Wait (10 s, capped at
+            # max_accept_wait = 3 s) longer than its 1 s timeout stays
+            t0 = time.monotonic()
+            got = await consume(s, n1, wait=10)
+            assert got.status == 503, got
+            assert 2.8 < time.monotonic() - t0 < 4.5
             await post(s, f"{base}/create", b"still here")
             assert (await consume(s, n1)).body == b"still here"
 
@@ -281,3 +284,59 @@ def test_selectors_on_queue_consumers(node, run):
             assert await drain(s, base) == [b"blue"]
 
     run(go())
+
+
+def test_accept_wait_counts_from_arrival_for_polls_queued_on_one_consumer(node, run):
+    """Three polls on one link with Accept-Wait 1: each answers after about its own second
+    (before, they were served one after the other: after 1, 2 and 3 s)."""
+    q = unique()
+
+    async def go():
+        base = f"{node.http_url}/queues/{q}"
+        async with aiohttp.ClientSession() as s:
+            _, n1 = await _consumer(s, base)
+            t0 = time.monotonic()
+
+            async def poll() -> tuple[int, float]:
+                got = await consume(s, n1, wait=1)
+                return got.status, time.monotonic() - t0
+
+            answers = await asyncio.gather(poll(), poll(), poll())
+            assert [status for status, _ in answers] == [503, 503, 503]
+            assert all(0.8 < took < 1.7 for _, took in answers), answers
+
+    run(go())
+
+
+def test_stopping_answers_held_and_queued_polls_at_once(tmp_path, run):
+    """SIGTERM with two polls held on one consumer (Accept-Wait 30): both answer 503 (or the
+    connection closes) right away and the node stops quickly; the queued poll does not start
+    a wait of its own."""
+    node = NodeProcess(tmp_path, http=True).start()
+
+    async def go() -> float:
+        base = f"{node.http_url}/queues/{unique()}"
+        async with aiohttp.ClientSession() as s:
+            _, n1 = await _consumer(s, base)
+
+            async def poll() -> int:
+                try:
+                    return (await consume(s, n1, wait=30)).status
+                except aiohttp.ClientError:
+                    return 0  # closed by the stopping server: fine too
+
+            polls = [asyncio.ensure_future(poll()) for _ in range(2)]
+            await asyncio.sleep(0.5)
+            t0 = time.monotonic()
+            rc = await asyncio.to_thread(node.stop, 10)
+            took = time.monotonic() - t0
+            statuses = await asyncio.wait_for(asyncio.gather(*polls), 5)
+            assert rc == 0
+            assert all(st in (503, 0) for st in statuses), statuses
+            return took
+
+    try:
+        took = run(go())
+        assert took < 2.0, f"stopping took {took:.1f}s"
+    finally:
+        node.stop()

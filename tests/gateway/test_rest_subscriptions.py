@@ -1,5 +1,6 @@
 """Pull subscriptions on topics: temporary ones, durable ones that survive a restart and are
-re-created by name, selectors, deletion and idle timeouts."""
+re-created by name (keeping their selector), selectors, deletion, idle timeouts, and the
+durable queues they must never reach (push registrations', STOMP clients')."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 from nodekit import NodeProcess
-from restkit import consume, post
+from restkit import Sink, consume, post, register, registration
 from stompkit import connect, unique
 
 
@@ -168,3 +169,112 @@ def test_idle_timeout_and_delete_when_idle(node, run):
                 assert r.status == 400
 
     run(go())
+
+
+def test_recreating_a_durable_subscription_keeps_its_selector_and_messages(node, run):
+    """Re-created by name without a selector, it is the same subscription (before, the
+    engine saw a changed selector and recreated the queue, dropping what it kept); another
+    selector is 409, not a silent reset."""
+    t, name = unique("t"), unique("sub")
+
+    async def go():
+        base = f"{node.http_url}/topics/{t}"
+        async with aiohttp.ClientSession() as s:
+
+            async def refused(selector: str) -> None:
+                form = {"durable": "true", "name": name, "selector": selector}
+                async with s.post(f"{base}/pull-subscriptions", data=form) as r:
+                    text = await r.text()
+                    assert r.status == 409, text
+                    assert "exists with selector \"http_k = 'a'\"" in text, text
+                    assert "DELETE it first" in text
+
+            form = {"durable": "true", "name": name, "idle-timeout": "300"}
+            await _subscribe(s, base, selector="http_k = 'a'", **form)
+            for k in ("a", "b", "a"):
+                await post(s, f"{base}/create", f"kept-{k}", headers={"k": k})
+            await asyncio.sleep(1.0)  # the consumer is reaped; the subscription stays
+            await refused("http_k = 'b'")
+            loc, nxt = await _subscribe(s, base, durable="true", name=name)
+            got, nxt = await _all(s, nxt)
+            assert got == [b"kept-a", b"kept-a"]
+            await post(s, f"{base}/create", b"b again", headers={"k": "b"})
+            assert (await consume(s, nxt)).status == 503  # the selector still applies
+            await refused("http_k = 'b'")  # live now
+            await _subscribe(s, base, 200, durable="true", name=name, selector="http_k = 'a'")
+            async with s.delete(loc) as r:
+                assert r.status == 204
+            # deleted: a new subscription may take the name with any selector
+            await _subscribe(s, base, durable="true", name=name, selector="http_k = 'b'")
+
+    run(go())
+
+
+def test_pull_subscription_urls_reach_only_subscriptions_rest_made(node, run):
+    """A push registration's queue ({topic}.push-{id}, the id is in its Location) and a
+    STOMP durable subscription are not pull subscriptions: their URLs are 404 and their names
+    409, so nobody deletes or drains them through REST.  A push registration whose queue is
+    deleted anyway (here by a STOMP client) says it is disabled."""
+    t = unique("t")
+    stomp_name = unique("stomp")
+    conn, lst = connect(node.stomp_port, **{"client-id": "c1"})
+    plain, plain_lst = connect(node.stomp_port)  # no client-id: durable names as given
+
+    async def go():
+        sink = await Sink().start()
+        base = f"{node.http_url}/topics/{t}"
+        try:
+            async with aiohttp.ClientSession() as s:
+                doc = registration(f"{sink.url}/p", root="push-topic-registration", durable="true")
+                loc = await register(s, f"{base}/push-subscriptions", doc)
+                push_queue = f"{t}.push-{loc.rsplit('/', 1)[1]}"
+                await asyncio.to_thread(
+                    conn.subscribe, f"/topic/{t}", id="d",
+                    headers={"durable-subscription-name": stomp_name, "receipt": "r1"},
+                )  # fmt: skip
+                await asyncio.to_thread(lst.wait_receipt, "r1")
+                for queue in (push_queue, f"c1.{stomp_name}"):
+                    for mode in ("auto-ack", "acknowledged"):
+                        url = f"{base}/pull-subscriptions/{mode}/{queue}"
+                        async with s.delete(url) as r:
+                            assert r.status == 404, (url, await r.text())
+                        async with s.get(url) as r:
+                            assert r.status == 404
+                    next_url = f"{base}/pull-subscriptions/auto-ack/{queue}/consume-next-1"
+                    async with s.post(next_url) as r:
+                        assert r.status == 404
+                    async with s.post(
+                        f"{base}/pull-subscriptions", data={"durable": "true", "name": queue}
+                    ) as r:
+                        assert r.status == 409, await r.text()
+                    async with s.head(f"{node.http_url}/queues/{queue}") as r:
+                        assert r.status == 404  # a subscription queue is not a queue
+                await post(s, f"{base}/create", b"for both", params={"durable": "true"})
+                assert (await sink.wait_hits(1))[0].body == b"for both"
+                got = await asyncio.to_thread(lst.wait_messages, 1)
+                assert got[0].body == "for both"
+                async with s.get(loc) as r:
+                    assert "<enabled>true</enabled>" in await r.text()
+                # the push queue deleted under the registration: it is disabled, and says so
+                await asyncio.to_thread(
+                    plain.subscribe, f"/topic/{t}", id="p",
+                    headers={"durable-subscription-name": push_queue, "receipt": "r2"},
+                )  # fmt: skip
+                await asyncio.to_thread(plain_lst.wait_receipt, "r2")
+                await asyncio.to_thread(
+                    plain.unsubscribe, "p",
+                    headers={"durable-subscription-name": push_queue, "receipt": "r3"},
+                )  # fmt: skip
+                await asyncio.to_thread(plain_lst.wait_receipt, "r3")
+                async with s.get(loc) as r:
+                    assert "<enabled>false</enabled>" in await r.text()
+                async with s.delete(loc) as r:
+                    assert r.status == 204
+        finally:
+            await sink.stop()
+
+    try:
+        run(go())
+    finally:
+        conn.disconnect()
+        plain.disconnect()

@@ -8,18 +8,21 @@ each:
 - :mod:`.destinations`: discovery (``HEAD``/``GET``) and ``POST /queues`` / ``/topics``;
 - :mod:`.producer`: posting messages, duplicate-safe posting;
 - :mod:`.pull`, :mod:`.consumers` and :mod:`.pulling`: pull consumers and subscriptions, auto and manual
-  acknowledgement, ``Accept-Wait``, the idle reaper;
-- :mod:`.registration`, :mod:`.push` and :mod:`.pushes`: push registrations (webhooks),
-  delivery with retries, the durable store;
+  acknowledgement, ``Accept-Wait``, the idle reaper; :mod:`.substore`: which durable
+  subscriptions REST made;
+- :mod:`.registration`, :mod:`.push`, :mod:`.pushes` and :mod:`.pushstore`: push
+  registrations (webhooks), delivery with retries, the durable store;
 - :mod:`.mapping`: HTTP headers <-> message properties, body and Content-Type;
+- :mod:`.names`, :mod:`.xmldoc`: which names are served, safe XML parsing;
 - :mod:`.links`, :mod:`.auth`, :mod:`.errors`: URLs, HTTP Basic -> Principal, status codes.
 
 Status codes: 200 found / message; 201 created; 204 deleted; 307 to a duplicate-safe create
 URL; 400 bad parameter, selector or XML (the text says which); 401 credentials (with
 ``WWW-Authenticate``); 403 permission; 404 unknown destination or resource; 405 wrong method;
-409 name taken; 412 stale consumer link (with the right one); 413 body over
-``max_body_size``; 503 no message yet (``Retry-After``), address full (FAIL policy) or too
-many consumers.
+409 name taken (or a durable subscription's selector differs); 412 stale consumer link (with the right one); 413 body over
+``max_body_size``; 503 no message yet (``Retry-After``), address full (FAIL policy), too
+many consumers or the server stopping; 507 a durable registration or subscription could not
+be stored.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from aiohttp import web
 from gateway.http.rest import consumers, destinations, producer, pulling, pushes
 from gateway.http.rest.pull import Registry
 from gateway.http.rest.service import SERVICE, RestService
+from gateway.http.rest.substore import DIRECTORY, SubscriptionStore
 from gateway.http.server import HttpContext
 
 
@@ -36,7 +40,8 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     """Mount the REST resources on ``app`` and tie their background work to its life."""
     cfg = ctx.cfg.rest
     svc = RestService(ctx.engine, cfg, ctx.data_dir)
-    registry = Registry(ctx.engine, cfg.session_timeout_task_interval.total_seconds())
+    store = SubscriptionStore(ctx.data_dir / DIRECTORY if ctx.data_dir else None)
+    registry = Registry(ctx.engine, cfg.session_timeout_task_interval.total_seconds(), store)
     manager = pushes.PushManager(svc)
     app[SERVICE] = svc
     app[consumers.REGISTRY] = registry
@@ -48,11 +53,12 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     pushes.setup_routes(app)
 
     async def start(_: web.Application) -> None:
+        await store.load(lambda name, topic: consumers.durable_queue_of(svc, topic, name))
         registry.start()
         await manager.start()
 
     async def shutdown(_: web.Application) -> None:
-        registry.wake_all()  # held long polls answer 503 now
+        registry.wake_all()  # held long polls answer 503 now, queued ones too
 
     async def cleanup(_: web.Application) -> None:
         await manager.stop()

@@ -5,14 +5,18 @@
   ``idle-timeout`` (ms, instead of ``consumer_session_timeout``) and ``delete-when-idle``.
   201 with ``Location`` (the consumer), ``msg-consumer`` and ``msg-consume-next`` or
   ``msg-acknowledge-next``.  A durable subscription's consumer id is its name, so its URLs
-  survive a restart; posting the same name again while it is live answers 200 like ``GET``.
-  Without ``name`` a durable subscription gets a generated one.  A name held by a queue that
-  is not a subscription of this topic -> 409.
+  survive a restart; posting the same name again while it is live answers 200 like ``GET``,
+  and re-creates it (with what it kept) when it is not.  Without ``selector`` the subscription
+  keeps its own; a different selector -> 409 (DELETE it first: changing the selector would drop
+  what it kept).  Without ``name`` a durable subscription gets a generated one.  A name held by
+  any queue REST did not make as a pull subscription of this topic (an ordinary queue, a push
+  registration's or a STOMP durable subscription) -> 409; see :mod:`.substore`.
 - ``GET``/``HEAD`` the consumer: its current next link (``msg-acknowledgement`` while a
   message awaits its acknowledgement) and ``msg-consumer``.  ``DELETE``: 204; a durable
   subscription is deleted too (delete_durable_queue); an unacknowledged message goes back.
 - An unknown consumer (deleted, reaped, or from before a restart) -> 404 with the factory
-  link; a durable subscription from before a restart is re-attached (see :mod:`pulling`).
+  link; a durable subscription REST made is re-attached after a restart (see :mod:`pulling`),
+  never another durable queue of the topic.
 
 The consume/acknowledge state machine is in :mod:`pulling`.
 """
@@ -24,12 +28,14 @@ import uuid
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from core.filter import compile_filter
 from core.queue import ANYCAST, MULTICAST
 from core.security import Permission, Principal
 from gateway.http.rest import auth
 from gateway.http.rest.errors import fail, guarded
 from gateway.http.rest.links import QUEUES, TOPICS, Links, Paths
 from gateway.http.rest.mapping import parse_bool, parse_int
+from gateway.http.rest.names import check_name
 from gateway.http.rest.pull import PullConsumer, Registry
 from gateway.http.rest.service import SERVICE, RestService
 
@@ -81,6 +87,8 @@ def _open(
     delete_when_idle: bool = False,
 ) -> PullConsumer:
     engine = svc.engine
+    if reg.stopping:
+        raise fail(web.HTTPServiceUnavailable, "the server is stopping")
     if len(reg) >= svc.cfg.max_consumers:
         raise fail(web.HTTPServiceUnavailable, f"too many REST consumers ({svc.cfg.max_consumers})")
     security = engine.security
@@ -118,9 +126,14 @@ def _open(
     return c
 
 
-def _durable_queue_of(svc: RestService, topic: str, qname: str) -> bool:
+def durable_queue_of(svc: RestService, topic: str, qname: str) -> bool:
     q = svc.engine.queue(qname)
     return q is not None and q.durable and q.routing == MULTICAST and q.address == topic
+
+
+def _ours(svc: RestService, reg: Registry, topic: str, qname: str) -> bool:
+    """A durable pull subscription REST made on ``topic`` (and only then may attach)."""
+    return reg.subscriptions.owns(qname, topic) and durable_queue_of(svc, topic, qname)
 
 
 async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsumer, Paths, bool]:
@@ -137,7 +150,7 @@ async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsu
     if c is not None and c.kind == paths.kind and c.destination == paths.name:
         if c.auto_ack == auto_ack:
             return c, paths, False
-    elif c is None and paths.kind == TOPICS and _durable_queue_of(svc, paths.name, cid):
+    elif c is None and paths.kind == TOPICS and _ours(svc, reg, paths.name, cid):
         q = svc.engine.queue(cid)
         assert q is not None
         selector = q.filter.text if q.filter is not None else None
@@ -170,32 +183,16 @@ async def create(request: web.Request) -> web.StreamResponse:
     if paths.kind == TOPICS:
         if parse_bool("durable", p.get("durable"), False):
             durable_name = p.get("name") or f"{paths.name}.rest-{uuid.uuid4().hex[:12]}"
-            if "/" in durable_name:
-                raise fail(
-                    web.HTTPBadRequest, f"invalid subscription name {durable_name!r}: no '/'"
-                )
+            check_name(durable_name, "subscription")
         idle_ms = parse_int("idle-timeout", p.get("idle-timeout"), 1)
         timeout = idle_ms / 1000 if idle_ms is not None else None
         delete_when_idle = parse_bool("delete-when-idle", p.get("delete-when-idle"), False)
     status = 201
     if durable_name is not None:
-        live = reg.get(durable_name)
-        q = svc.engine.queue(durable_name)
-        if (live is not None and live.destination != paths.name) or (
-            q is not None and not _durable_queue_of(svc, paths.name, durable_name)
-        ):
-            raise fail(
-                web.HTTPConflict,
-                f"name {durable_name!r} is taken by another queue or subscription",
-            )
-        if live is not None:
-            auth.check(svc.engine, who, Permission.CONSUME, paths.name)
-            live.touch()
-            c = live
-            status = 200
-        else:
-            c = _open(svc, reg, who, paths, durable_name, auto_ack, selector=selector,
-                      durable_name=durable_name, timeout=timeout, delete_when_idle=delete_when_idle)  # fmt: skip
+        status, c = await _durable(
+            svc, reg, who, paths, durable_name, auto_ack, selector,
+            timeout=timeout, delete_when_idle=delete_when_idle,
+        )  # fmt: skip
     else:
         cid = uuid.uuid4().hex
         c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, timeout=timeout)
@@ -203,6 +200,51 @@ async def create(request: web.Request) -> web.StreamResponse:
     headers = links.headers()
     headers["Location"] = links.url(paths.consumer(c.auto_ack, c.id))
     return web.Response(status=status, headers=headers)
+
+
+async def _durable(
+    svc: RestService,
+    reg: Registry,
+    who: Principal,
+    paths: Paths,
+    name: str,
+    auto_ack: bool,
+    selector: str | None,
+    *,
+    timeout: float | None,
+    delete_when_idle: bool,
+) -> tuple[int, PullConsumer]:
+    """Create, re-create or find the durable subscription ``name`` -> (status, consumer)."""
+    live = reg.get(name)
+    q = svc.engine.queue(name)
+    if (live is not None and (live.destination != paths.name or live.durable_name != name)) or (
+        q is not None and not _ours(svc, reg, paths.name, name)
+    ):
+        raise fail(web.HTTPConflict, f"name {name!r} is taken by another queue or subscription")
+    if q is not None:
+        kept = q.filter.text if q.filter is not None else None
+        if selector is None:
+            selector = kept  # re-created by name: the same subscription, not a new one
+        else:
+            asked = compile_filter(selector)
+            if (asked.text if asked is not None else None) != kept:
+                raise fail(
+                    web.HTTPConflict,
+                    f"subscription {name!r} exists with selector {kept!r}, not {selector!r}: "
+                    "DELETE it first to change its selector (its messages go with it)",
+                )
+    if live is not None:
+        auth.check(svc.engine, who, Permission.CONSUME, paths.name)
+        live.touch()
+        return 200, live
+    c = _open(svc, reg, who, paths, name, auto_ack, selector=selector, durable_name=name,
+              timeout=timeout, delete_when_idle=delete_when_idle)  # fmt: skip
+    try:
+        await reg.subscriptions.add(name, paths.name)
+    except OSError as e:
+        reg.remove(c, delete_durable=q is None)  # a queue made just now goes again
+        raise fail(web.HTTPInsufficientStorage, f"subscription not stored: {e}") from None
+    return 201, c
 
 
 @guarded
@@ -233,4 +275,4 @@ def setup_routes(app: web.Application) -> None:
         r.add_delete(base + "/{mode:auto-ack|acknowledged}/{cid}", delete)
 
 
-__all__ = ["REGISTRY", "lookup", "next_links", "params", "setup_routes"]
+__all__ = ["REGISTRY", "durable_queue_of", "lookup", "next_links", "params", "setup_routes"]

@@ -26,31 +26,9 @@ from gateway.http.rest import auth
 from gateway.http.rest.errors import fail, guarded
 from gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
 from gateway.http.rest.mapping import read_body
+from gateway.http.rest.names import check_name
 from gateway.http.rest.service import SERVICE
-
-MAX_XML = 64 * 1024
-
-
-def parse_xml(body: bytes, what: str) -> ET.Element:
-    """The root element of a small XML document, or 400 saying why it is unusable."""
-    if len(body) > MAX_XML:
-        raise fail(web.HTTPRequestEntityTooLarge, f"{what} document is larger than {MAX_XML} bytes")
-    if b"<!DOCTYPE" in body or b"<!ENTITY" in body:
-        raise fail(web.HTTPBadRequest, f"malformed {what} XML: DTDs and entities are not accepted")
-    try:
-        return ET.fromstring(body)
-    except ET.ParseError as e:
-        raise fail(web.HTTPBadRequest, f"malformed {what} XML: {e}") from None
-
-
-def xml_bool(el: ET.Element, tag: str, default: bool) -> bool:
-    child = el.find(tag)
-    if child is None or child.text is None or not child.text.strip():
-        return default
-    text = child.text.strip().lower()
-    if text not in ("true", "false"):
-        raise fail(web.HTTPBadRequest, f"<{tag}> must be true or false, got {child.text!r}")
-    return text == "true"
+from gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool
 
 
 @guarded
@@ -85,7 +63,10 @@ async def create_queue(request: web.Request) -> web.StreamResponse:
     perm = Permission.CREATE_DURABLE_QUEUE if durable else Permission.CREATE_NON_DURABLE_QUEUE
     auth.check(engine, who, perm, name)
     location = svc.links(request).url(Paths(QUEUES, name).root)
-    if engine.queue(name) is not None:
+    q = engine.queue(name)
+    if q is not None and q.routing == MULTICAST:
+        raise fail(web.HTTPConflict, f"{name!r} is a subscription of topic {q.address!r}")
+    if q is not None:
         return web.Response(status=200, headers={"Location": location})
     info = engine.post.addresses.get(name)
     if info is not None and info.routing == MULTICAST:
@@ -120,9 +101,7 @@ def _name(root: ET.Element, tag: str) -> str:
     name = (root.get("name") or "").strip()
     if not name:
         raise fail(web.HTTPBadRequest, f'<{tag}> needs a name attribute: <{tag} name="...">')
-    if "/" in name or "*" in name or "#" in name:
-        raise fail(web.HTTPBadRequest, f"invalid {tag} name {name!r}: no '/' or wildcards")
-    return name
+    return check_name(name, tag)
 
 
 def setup_routes(app: web.Application) -> None:
@@ -132,4 +111,4 @@ def setup_routes(app: web.Application) -> None:
     app.router.add_get("/topics/{name}", head_destination)
 
 
-__all__ = ["parse_xml", "setup_routes", "xml_bool"]
+__all__ = ["setup_routes"]

@@ -8,7 +8,9 @@ Into a message (a POST):
   Connection, Authorization, Accept-Wait, User-Agent, Accept*, X-Forwarded-*, ...) are not
   copied;
 - ``Content-Type`` is ALSO stored as ``content-type``, the property STOMP uses, so a STOMP
-  consumer gets ``content-type:`` with the exact body bytes.
+  consumer gets ``content-type:`` with the exact body bytes;
+- a header value that is not UTF-8 (aiohttp hands its bytes over as surrogates) is refused
+  with 400 naming the header: the store keeps text as UTF-8.
 
 Out of a message (a pull answer or a push request):
 
@@ -113,6 +115,13 @@ def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, Pro
         low = name.lower()
         if low in _NOT_COPIED or low.startswith("sec-"):
             continue
+        if not value.isascii():
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise fail(
+                    web.HTTPBadRequest, f"header {name!r}: the value is not valid UTF-8"
+                ) from None
         key = HTTP_PREFIX + low.replace("-", "$")
         old = props.get(key)
         props[key] = value if old is None else f"{old}, {value}"

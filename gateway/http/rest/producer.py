@@ -9,7 +9,8 @@
   same ``msg-create-next`` (``.../create/{next}``, ``next`` derived from ``id``).
 - Query parameters: ``durable`` (default ``default_durable_send``), ``ttl`` (ms),
   ``expiration`` (absolute, ms since the epoch; wins over ``ttl``), ``priority`` (0-9).
-  Without either, ``producer_time_to_live`` applies.
+  Without either, ``producer_time_to_live`` applies.  The expiry time must fit the store's
+  signed 64-bit milliseconds (400 otherwise).
 - A durable message is answered only once it is on disk (a repeat: once everything before
   it is).  An address over its size limit with BLOCK holds the answer until there is room;
   with FAIL the answer is 503 naming the address.
@@ -23,6 +24,7 @@ import uuid
 from aiohttp import web
 
 from core.message import DEFAULT_PRIORITY, DUPLICATE_ID, now_ms
+from core.postoffice import InvalidMessage
 from core.queue import ANYCAST, MULTICAST
 from core.security import Permission
 from gateway.http.rest import auth
@@ -30,6 +32,8 @@ from gateway.http.rest.errors import fail, guarded
 from gateway.http.rest.links import QUEUES
 from gateway.http.rest.mapping import parse_bool, parse_int, properties_from_request, read_body
 from gateway.http.rest.service import SERVICE
+
+MAX_MS = 2**63 - 1  # the store's timestamps are signed 64-bit milliseconds
 
 
 def next_id(dup_id: str) -> str:
@@ -60,11 +64,12 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     q = request.query
     durable = parse_bool("durable", q.get("durable"), cfg.default_durable_send)
     priority = parse_int("priority", q.get("priority"), 0, 9)
-    ttl = parse_int("ttl", q.get("ttl"), 0)
-    expiration = parse_int("expiration", q.get("expiration"), 0)
+    now = now_ms()
+    ttl = parse_int("ttl", q.get("ttl"), 0, MAX_MS - now)
+    expiration = parse_int("expiration", q.get("expiration"), 0, MAX_MS)
     if expiration is None:
         live = ttl if ttl is not None else int(cfg.producer_time_to_live.total_seconds() * 1000)
-        expiration = now_ms() + live if live > 0 else 0
+        expiration = min(now + live, MAX_MS) if live > 0 else 0
     body = await read_body(request, cfg.max_body_size)
     props = properties_from_request(request.headers.items())
     if dup_id is not None:
@@ -79,7 +84,10 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     )
     while (gate := engine.blocked(address)) is not None:
         await gate  # BLOCK: hold the answer until the address has room
-    fut = engine.send(msg, routing=routing)
+    try:
+        fut = engine.send(msg, routing=routing)
+    except InvalidMessage as e:  # nothing was routed and the duplicate id is not taken
+        raise fail(web.HTTPBadRequest, f"message refused: {e}") from None
     if durable:
         try:
             if fut is not None:

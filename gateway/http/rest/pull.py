@@ -12,7 +12,8 @@ consumer of the queue could take.  State per consumer:
 
 The reaper closes consumers idle longer than their timeout; closing gives an unacknowledged
 message back to the queue for redelivery and deletes a temporary topic subscription (a
-durable one stays, unless ``delete-when-idle`` was asked).
+durable one stays, unless ``delete-when-idle`` was asked).  When the server stops, every
+consumer is ``stopping``: a held long poll answers at once and no new wait begins.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from dataclasses import dataclass
 from core.consumer import Consumer, Delivery
 from core.engine import Engine, Subscription
 from core.message import Message
+from gateway.http.rest.substore import SubscriptionStore
 
 log = logging.getLogger("waystation.rest")
 
@@ -60,6 +62,7 @@ class PullConsumer:
         self.sub: Subscription | None = None
         self.lock = asyncio.Lock()
         self.closed = False
+        self.stopping = False
         self.busy = 0
         self.last_used = time.monotonic()
         self.next_index = 1
@@ -97,7 +100,7 @@ class PullConsumer:
         """The next message, waiting up to ``wait`` seconds; None when none came."""
         if self._buffer:
             return self._buffer.pop(0)
-        if self.closed:
+        if self.closed or self.stopping:
             return None
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Delivery | None] = loop.create_future()
@@ -152,12 +155,15 @@ def _resolve_none(fut: asyncio.Future[Delivery | None]) -> None:
 
 
 class Registry:
-    """Live pull consumers by id, and the reaper that closes idle ones."""
+    """Live pull consumers by id, the durable subscriptions REST made, and the reaper that
+    closes idle consumers."""
 
-    def __init__(self, engine: Engine, interval: float) -> None:
+    def __init__(self, engine: Engine, interval: float, subscriptions: SubscriptionStore) -> None:
         self.engine = engine
         self.interval = interval
+        self.subscriptions = subscriptions
         self.consumers: dict[str, PullConsumer] = {}
+        self.stopping = False
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -177,6 +183,8 @@ class Registry:
         if self.consumers.get(c.id) is c:
             del self.consumers[c.id]
         c.close(self.engine, delete_durable=delete_durable)
+        if delete_durable and c.durable_name is not None:
+            self.subscriptions.discard(c.durable_name)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._reap())
@@ -191,7 +199,10 @@ class Registry:
             self.remove(c)
 
     def wake_all(self) -> None:
+        """The server is stopping: held polls answer now, queued ones do not start waiting."""
+        self.stopping = True
         for c in self.consumers.values():
+            c.stopping = True
             c._wake()
 
     def reap_once(self) -> int:

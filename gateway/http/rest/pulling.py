@@ -13,13 +13,21 @@
 - A durable subscription re-attached after a restart answers 412 with a fresh link: what it
   handed out before is back in its queue.
 
-Requests on one consumer are served one at a time (a second waits for the first).
+Requests on one consumer are served one at a time (a second waits for the first).  The
+``Accept-Wait`` budget counts from the request's arrival, waiting for the consumer included:
+a poll queued behind another answers 503 when its own time is up, never later.  While the
+server stops, a poll answers 503 at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 from aiohttp import web
 
+from core.consumer import Delivery
 from gateway.http.rest.consumers import lookup, next_links, params
 from gateway.http.rest.errors import fail, guarded
 from gateway.http.rest.links import Paths
@@ -27,15 +35,55 @@ from gateway.http.rest.mapping import DELIVERY_COUNT, message_headers, parse_boo
 from gateway.http.rest.pull import PullConsumer, Snapshot
 from gateway.http.rest.service import SERVICE, RestService
 
+NO_MESSAGE = "no message available"
+BUSY = "the consumer is busy with another request: try again"
+
 
 class Turn:
     """One request on one consumer: builds its answers."""
 
-    def __init__(self, request: web.Request, c: PullConsumer, paths: Paths) -> None:
+    def __init__(self, request: web.Request, c: PullConsumer, paths: Paths, arrived: float) -> None:
         self.request = request
         self.svc: RestService = request.app[SERVICE]
         self.c = c
         self.paths = paths
+        self.arrived = arrived  # loop time
+
+    def deadline(self) -> float:
+        """When this poll must have answered (loop time)."""
+        wait = parse_seconds("Accept-Wait header", self.request.headers.get("Accept-Wait"))
+        return self.arrived + min(wait or 0.0, self.svc.cfg.max_accept_wait.total_seconds())
+
+    @contextlib.asynccontextmanager
+    async def hold(self, deadline: float, why: str = NO_MESSAGE) -> AsyncIterator[None]:
+        """The consumer to this request alone, waited for until ``deadline`` (then 503)."""
+        c = self.c
+        c.busy += 1
+        try:
+            lock = c.lock
+            if lock.locked():
+                left = deadline - asyncio.get_running_loop().time()
+                if c.stopping or left <= 0:
+                    raise self.refuse(web.HTTPServiceUnavailable, why)
+                try:
+                    async with asyncio.timeout(left):
+                        await lock.acquire()
+                except TimeoutError:
+                    raise self.refuse(web.HTTPServiceUnavailable, why) from None
+            else:
+                await lock.acquire()
+            try:
+                c.touch()
+                yield
+            finally:
+                lock.release()
+        finally:
+            c.busy -= 1
+            c.touch()
+
+    async def take(self, deadline: float) -> Delivery | None:
+        left = deadline - asyncio.get_running_loop().time()
+        return await self.c.take(max(left, 0.0))
 
     def links(self) -> dict[str, str]:
         return next_links(self.svc.links(self.request), self.c, self.paths).headers()
@@ -55,17 +103,14 @@ class Turn:
         headers.update(self.links())
         return web.Response(status=200, body=snap.message.body, headers=headers)
 
-    def accept_wait(self) -> float:
-        wait = parse_seconds("Accept-Wait header", self.request.headers.get("Accept-Wait"))
-        return min(wait or 0.0, self.svc.cfg.max_accept_wait.total_seconds())
-
     def gone(self) -> web.HTTPException:
         return fail(web.HTTPNotFound, f"consumer {self.c.id!r} was closed")
 
 
 async def _turn(request: web.Request, auto_ack: bool) -> tuple[Turn, int]:
+    arrived = asyncio.get_running_loop().time()
     c, paths, fresh = await lookup(request, auto_ack)
-    turn = Turn(request, c, paths)
+    turn = Turn(request, c, paths, arrived)
     if fresh:
         raise turn.stale("consumer re-attached after a restart: use the new link")
     return turn, int(request.match_info["n"])
@@ -74,59 +119,47 @@ async def _turn(request: web.Request, auto_ack: bool) -> tuple[Turn, int]:
 @guarded
 async def consume_next(request: web.Request) -> web.StreamResponse:
     turn, n = await _turn(request, True)
-    wait = turn.accept_wait()
+    deadline = turn.deadline()
     c = turn.c
-    c.busy += 1
-    try:
-        async with c.lock:
-            c.touch()
-            if n == c.next_index:
-                d = await c.take(wait)
-                if c.closed:
-                    raise turn.gone()
-                if d is None:
-                    raise turn.refuse(web.HTTPServiceUnavailable, "no message available")
-                snap = Snapshot(d.message, d.delivery_count)
-                c.consumer.ack(d.tag)
-                c.cached = (n, snap)
-                c.next_index = n + 1
-                return turn.message(snap)
-            if c.cached is not None and c.cached[0] == n:
-                return turn.message(c.cached[1])
-            raise turn.stale(f"consume-next-{n} is stale")
-    finally:
-        c.busy -= 1
-        c.touch()
+    async with turn.hold(deadline):
+        if n == c.next_index:
+            d = await turn.take(deadline)
+            if c.closed:
+                raise turn.gone()
+            if d is None:
+                raise turn.refuse(web.HTTPServiceUnavailable, NO_MESSAGE)
+            snap = Snapshot(d.message, d.delivery_count)
+            c.consumer.ack(d.tag)
+            c.cached = (n, snap)
+            c.next_index = n + 1
+            return turn.message(snap)
+        if c.cached is not None and c.cached[0] == n:
+            return turn.message(c.cached[1])
+        raise turn.stale(f"consume-next-{n} is stale")
 
 
 @guarded
 async def acknowledge_next(request: web.Request) -> web.StreamResponse:
     turn, n = await _turn(request, False)
-    wait = turn.accept_wait()
+    deadline = turn.deadline()
     c = turn.c
-    c.busy += 1
-    try:
-        async with c.lock:
-            c.touch()
-            if c.pending is not None:
-                idx, held = c.pending
-                if idx != n:
-                    raise turn.stale(
-                        f"acknowledge-next-{n} is stale: a message awaits its acknowledgement"
-                    )
-                return turn.message(Snapshot(held.message, held.delivery_count))
-            if n != c.next_index:
-                raise turn.stale(f"acknowledge-next-{n} is stale")
-            d = await c.take(wait)
-            if c.closed:
-                raise turn.gone()
-            if d is None:
-                raise turn.refuse(web.HTTPServiceUnavailable, "no message available")
-            c.pending = (n, d)
-            return turn.message(Snapshot(d.message, d.delivery_count))
-    finally:
-        c.busy -= 1
-        c.touch()
+    async with turn.hold(deadline):
+        if c.pending is not None:
+            idx, held = c.pending
+            if idx != n:
+                raise turn.stale(
+                    f"acknowledge-next-{n} is stale: a message awaits its acknowledgement"
+                )
+            return turn.message(Snapshot(held.message, held.delivery_count))
+        if n != c.next_index:
+            raise turn.stale(f"acknowledge-next-{n} is stale")
+        d = await turn.take(deadline)
+        if c.closed:
+            raise turn.gone()
+        if d is None:
+            raise turn.refuse(web.HTTPServiceUnavailable, NO_MESSAGE)
+        c.pending = (n, d)
+        return turn.message(Snapshot(d.message, d.delivery_count))
 
 
 @guarded
@@ -137,27 +170,21 @@ async def acknowledgement(request: web.Request) -> web.StreamResponse:
     ack = parse_bool("acknowledge", p["acknowledge"], True)
     turn, n = await _turn(request, False)
     c = turn.c
-    c.busy += 1
-    try:
-        async with c.lock:
-            c.touch()
-            if c.pending is not None and c.pending[0] == n:
-                _, d = c.pending
-                c.pending = None
-                if ack:
-                    c.consumer.ack(d.tag)
-                else:
-                    c.consumer.nack(d.tag)
-                c.last_ack = (n, ack)
-                c.next_index = n + 1
-                if ack and d.message.durable and c.consumer.queue.durable:
-                    await turn.svc.engine.flush()
-            elif c.last_ack is None or c.last_ack[0] != n:
-                raise turn.stale(f"acknowledgement/{n} is stale")
-            return web.Response(status=200, headers=turn.links())
-    finally:
-        c.busy -= 1
-        c.touch()
+    async with turn.hold(turn.arrived + turn.svc.cfg.max_accept_wait.total_seconds(), BUSY):
+        if c.pending is not None and c.pending[0] == n:
+            _, d = c.pending
+            c.pending = None
+            if ack:
+                c.consumer.ack(d.tag)
+            else:
+                c.consumer.nack(d.tag)
+            c.last_ack = (n, ack)
+            c.next_index = n + 1
+            if ack and d.message.durable and c.consumer.queue.durable:
+                await turn.svc.engine.flush()
+        elif c.last_ack is None or c.last_ack[0] != n:
+            raise turn.stale(f"acknowledgement/{n} is stale")
+        return web.Response(status=200, headers=turn.links())
 
 
 def setup_routes(app: web.Application) -> None:

@@ -6,9 +6,11 @@ attempt:
 
 - 2xx: acknowledged, next message;
 - a transient failure (connection refused or reset, timeout after ``push_timeout``, 5xx, 408,
-  429): retried ``maxRetries`` times in all, ``retryWaitMillis`` apart; then, with
-  ``disableOnFailure``, the registration is disabled (the message goes back to the queue),
-  otherwise a new round of retries starts (the message is never dropped);
+  429): retried ``maxRetries`` times in all, ``retryWaitMillis`` apart (at least
+  :data:`MIN_RETRY_WAIT`); then, with ``disableOnFailure``, the registration is disabled (the
+  message goes back to the queue), otherwise a new round of retries starts after a pause
+  that doubles each round up to :data:`MAX_ROUND_PAUSE` (the message is never dropped).  The
+  log says when a registration starts failing and when it delivers again, not every attempt;
 - any other status (4xx...): the message is dead-lettered with a reason
   (``remote-authentication`` 401, ``remote-authorization`` 403,
   ``invalid-remote-destination`` 404/410, ``message-too-large`` 413, else
@@ -20,6 +22,9 @@ credentials.  ``rel="template"`` fills the URL parameter with the message id (st
 retries); ``rel="destination"`` HEADs the remote queue or topic once for its
 ``msg-create-with-id`` and posts each message with id ``{node}-{registration}-{message}``, so
 the remote drops a repeat.
+
+A registration whose subscription queue is deleted under it (by an operator, a STOMP client)
+is disabled, so what ``GET`` shows stays true.
 """
 
 from __future__ import annotations
@@ -32,22 +37,24 @@ from collections.abc import Callable
 
 import aiohttp
 
-from bridges.reasons import (
+from core.consumer import Consumer, Delivery
+from core.engine import Engine, Subscription
+from core.queue import ANYCAST, MULTICAST
+from core.reasons import (
     INVALID_REMOTE_DESTINATION,
     MESSAGE_TOO_LARGE,
     REMOTE_AUTHENTICATION,
     REMOTE_AUTHORIZATION,
     REMOTE_REJECTED,
 )
-from core.consumer import Consumer, Delivery
-from core.engine import Engine, Subscription
-from core.queue import ANYCAST, MULTICAST
 from gateway.http.rest.links import QUEUES
 from gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
 from gateway.http.rest.registration import DESTINATION, Registration
 
 log = logging.getLogger("waystation.rest.push")
 
+MIN_RETRY_WAIT = 0.1  # seconds: retryWaitMillis="0" must not make a busy loop
+MAX_ROUND_PAUSE = 60.0  # seconds between rounds of retries, at most
 _TRANSIENT = frozenset((408, 425, 429))
 _REASONS = {
     401: REMOTE_AUTHENTICATION,
@@ -86,6 +93,7 @@ class Pusher:
         self._on_disabled = on_disabled
         self.sub: Subscription | None = None
         self.attempts = 0  # every request made (for status and tests)
+        self.failures = 0  # transient failures since the last success (0: healthy)
         self._pending: collections.deque[Delivery] = collections.deque()
         self._ready = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -137,11 +145,14 @@ class Pusher:
         self._ready.set()
 
     def consumer_closed(self, consumer: Consumer, reason: str) -> None:
-        log.warning("push registration %s stopped: %s", self.reg.id, reason)
+        log.warning("push registration %s stopped and disabled: %s", self.reg.id, reason)
         self.sub = None
         if self._task is not None:
             self._task.cancel()
             self._task = None
+        if self.reg.enabled:
+            self.reg.enabled = False
+            self._on_disabled(self.reg)
 
     # -- pushing ------------------------------------------------------------------------
     async def _run(self) -> None:
@@ -165,7 +176,8 @@ class Pusher:
     async def _push(self, d: Delivery) -> bool:
         """Deliver one message; False when the registration got disabled."""
         reg = self.reg
-        wait = reg.retry_wait_ms / 1000
+        wait = max(reg.retry_wait_ms / 1000, MIN_RETRY_WAIT)
+        pause = wait
         while True:
             for attempt in range(reg.max_retries):
                 if attempt:
@@ -173,15 +185,10 @@ class Pusher:
                 try:
                     await self._attempt(d)
                 except Transient as e:
-                    log.info(
-                        "push %s: attempt %d of %d failed: %s",
-                        reg.id,
-                        attempt + 1,
-                        reg.max_retries,
-                        e,
-                    )
+                    self._failed(e)
                     continue
                 except Rejected as e:
+                    self._recovered()
                     reason = _REASONS.get(e.status, REMOTE_REJECTED)
                     log.warning(
                         "push %s: message %d dead-lettered (%s): %s",
@@ -193,6 +200,7 @@ class Pusher:
                     self.engine.dead_letter_delivery(d.consumer, d.tag, reason, str(e))
                     d.consumer.queue.dispatch()
                     return True
+                self._recovered()
                 d.consumer.ack(d.tag)
                 d.consumer.queue.dispatch()
                 return True
@@ -206,8 +214,26 @@ class Pusher:
                     self.engine.unsubscribe(sub)  # the message goes back to the queue
                 self._on_disabled(reg)
                 return False
-            log.warning("push %s: %d attempts failed; retrying", reg.id, reg.max_retries)
-            await asyncio.sleep(wait)
+            pause = min(pause * 2, MAX_ROUND_PAUSE)
+            log.debug(
+                "push %s: %d attempts failed; next round in %.1fs", reg.id, reg.max_retries, pause
+            )
+            await asyncio.sleep(pause)
+
+    def _failed(self, e: Transient) -> None:
+        """Log the first failure of a spell only: a dead endpoint must not flood the log."""
+        self.failures += 1
+        if self.failures == 1:
+            log.warning("push %s: %s; retrying (logged again once it delivers)", self.reg.id, e)
+        else:
+            log.debug("push %s: attempt failed (%d in a row): %s", self.reg.id, self.failures, e)
+
+    def _recovered(self) -> None:
+        if self.failures:
+            log.info(
+                "push %s: delivering again after %d failed attempts", self.reg.id, self.failures
+            )
+            self.failures = 0
 
     async def _attempt(self, d: Delivery) -> None:
         reg = self.reg

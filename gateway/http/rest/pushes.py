@@ -1,52 +1,57 @@
-"""Push registration resources and their durable store.
+"""Push registration resources.
 
 - ``POST /queues/{q}/push-consumers`` (``push-registration``) or
   ``POST /topics/{t}/push-subscriptions`` (``push-topic-registration``), XML body: 201 with
   ``Location``.  Needs consume on the destination (and, for a topic, create_durable_queue or
-  create_non_durable_queue for its subscription).  A bad document -> 400 saying why.
+  create_non_durable_queue for its subscription).  A bad document -> 400 saying why; a durable
+  one that cannot be stored -> 507, and nothing was started.
+- Re-registering: a POST whose root carries the ``id`` of a registration of the same
+  destination (the document ``GET`` returns, corrected as needed) replaces it and enables it
+  again (200, same ``Location``).  A masked password (``********``, as ``GET`` shows it) keeps
+  the stored one.  This is the way back for a registration disabled by ``disableOnFailure``
+  or by its subscription being deleted; a disabled durable topic registration keeps its
+  subscription queue (and everything published meanwhile) until it is re-registered or
+  deleted.
 - ``GET`` the ``Location``: the registration as XML (password masked), ``enabled`` included.
 - ``DELETE`` it: 204; pushing stops, the file goes, a topic registration's subscription is
   deleted.
 
-Durable registrations are stored as XML files ``{id}.xml`` (the same document, with ``id``,
-``destination`` and ``topic`` filled in) under ``node.data_dir / push_store_dir`` and come
-back at start; hand-written files there load the same way, and a file that cannot be used is
-logged and skipped.  A topic registration's subscription is then a durable subscription
-named by ``<destination>``, so messages published while the node was down are pushed after.
-Without persistence, durable registrations live in memory only.
+Durable registrations are stored by :mod:`.pushstore` under ``node.data_dir /
+push_store_dir`` and come back at start; a file that cannot be used is logged and skipped.  A
+topic registration's subscription is then a durable subscription named by ``<destination>``,
+so messages published while the node was down are pushed after.  Without persistence, durable
+registrations live in memory only.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
-import re
 import uuid
-from pathlib import Path
 
 import aiohttp
 from aiohttp import web
 
-from core.security import Permission
+from core.filter import compile_filter
+from core.security import Permission, Principal
 from gateway.http.rest import auth
-from gateway.http.rest.destinations import MAX_XML, parse_xml
 from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES, TOPICS
+from gateway.http.rest.links import QUEUES, TOPICS, Paths
 from gateway.http.rest.mapping import read_body
 from gateway.http.rest.push import Pusher
+from gateway.http.rest.pushstore import PushStore, problem
 from gateway.http.rest.registration import Registration, RegistrationError, parse
 from gateway.http.rest.service import SERVICE, RestService
+from gateway.http.rest.xmldoc import MAX_XML, parse_xml
 
 log = logging.getLogger("waystation.rest.push")
-_ID = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")
+MASKED = "********"  # what GET shows instead of a password
 
 
 class PushManager:
     def __init__(self, svc: RestService) -> None:
         self.svc = svc
         cfg = svc.cfg
-        self.store: Path | None = svc.data_dir / cfg.push_store_dir if svc.data_dir else None
+        self.store = PushStore(svc.data_dir / cfg.push_store_dir if svc.data_dir else None)
         self.pushers: dict[str, Pusher] = {}
         self.session: aiohttp.ClientSession | None = None
 
@@ -61,79 +66,38 @@ class PushManager:
             self.svc.engine,
             self.client,
             self.svc.cfg.push_timeout.total_seconds(),
-            self._disabled,
+            self.store.save_later,  # disabled: saved with enabled=false
         )
 
-    def _disabled(self, reg: Registration) -> None:
-        if reg.durable:
-            asyncio.get_running_loop().create_task(self.save(reg))
-
-    # -- store ---------------------------------------------------------------------------
-    async def save(self, reg: Registration) -> None:
-        if self.store is None or not reg.durable:
-            return
-        data = reg.to_xml()
-        await asyncio.get_running_loop().run_in_executor(
-            None, _write_file, self.store, reg.id, data
-        )
-
-    async def forget(self, reg: Registration) -> None:
-        if self.store is None or not reg.durable:
-            return
-        path = self.store / f"{reg.id}.xml"
-        await asyncio.get_running_loop().run_in_executor(None, lambda: path.unlink(missing_ok=True))
+    async def retire(self, old: Pusher, new: Registration) -> None:
+        """Stop ``old`` for ``new`` (the same id): a durable topic subscription stays for it
+        unless ``new`` is not durable."""
+        dropped = old.reg.durable and not new.durable
+        await old.stop(delete_subscription=old.reg.kind == TOPICS and dropped)
+        if dropped:
+            await self.store.forget(old.reg)
 
     async def start(self) -> None:
-        if self.store is None:
-            return
-        loop = asyncio.get_running_loop()
-        files = await loop.run_in_executor(None, _read_store, self.store)
-        for path, data in files:
-            try:
-                reg = _from_file(data)
-                reg.durable = True
-                p = self.pusher(reg)
-                p.start()
-            except Exception as e:  # one bad file must not stop the others
-                text = e.text if isinstance(e, web.HTTPException) else str(e)
-                log.error("push store: %s skipped: %s", path, (text or "").strip())
+        for path, got in await self.store.load():
+            if isinstance(got, Exception):
+                log.error("push store: %s skipped: %s", path, problem(got))
                 continue
-            self.pushers[reg.id] = p
-            log.info("push registration %s restored (%s -> %s)", reg.id, reg.address, reg.href)
+            p = self.pusher(got)
+            try:
+                p.start()
+            except Exception as e:
+                log.error("push store: %s skipped: %s", path, problem(e))
+                continue
+            self.pushers[got.id] = p
+            log.info("push registration %s restored (%s -> %s)", got.id, got.address, got.href)
 
     async def stop(self) -> None:
         for p in list(self.pushers.values()):
             await p.stop()
+        await self.store.drain()
         if self.session is not None:
             await self.session.close()
             self.session = None
-
-
-def _write_file(store: Path, rid: str, data: bytes) -> None:
-    store.mkdir(parents=True, exist_ok=True)
-    tmp = store / f".{rid}.xml.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, store / f"{rid}.xml")
-
-
-def _read_store(store: Path) -> list[tuple[Path, bytes]]:
-    if not store.is_dir():
-        return []
-    return [(p, p.read_bytes()) for p in sorted(store.glob("*.xml"))]
-
-
-def _from_file(data: bytes) -> Registration:
-    root = parse_xml(data, "push registration")
-    rid = (root.get("id") or "").strip()
-    if not _ID.match(rid):
-        raise RegistrationError(
-            f"the root element needs an id attribute of letters, digits, '-', '_' or '.', got {rid!r}"
-        )
-    kind = TOPICS if root.tag == "push-topic-registration" else QUEUES
-    return parse(root, rid=rid, kind=kind, name=None)
 
 
 PUSH = web.AppKey("rest_push_manager", PushManager)
@@ -149,35 +113,55 @@ async def register(request: web.Request) -> web.StreamResponse:
     who = auth.principal(request, engine)
     auth.check(engine, who, Permission.CONSUME, paths.name)
     root = parse_xml(await read_body(request, MAX_XML), "push registration")
+    old = mgr.pushers.get((root.get("id") or "").strip())
+    if old is not None and (old.reg.kind != paths.kind or old.reg.address != paths.name):
+        old = None  # another destination's: this is a new registration
     try:
-        reg = parse(root, rid=uuid.uuid4().hex, kind=paths.kind, name=paths.name)
+        reg = parse(root, rid=old.reg.id if old else uuid.uuid4().hex, kind=paths.kind,
+                    name=paths.name)  # fmt: skip
     except RegistrationError as e:
         raise fail(web.HTTPBadRequest, f"invalid push registration: {e}") from None
-    if engine.security.enabled:
-        if paths.kind == TOPICS:
-            perm = (
-                Permission.CREATE_DURABLE_QUEUE
-                if reg.durable
-                else Permission.CREATE_NON_DURABLE_QUEUE
-            )
-            auth.check(engine, who, perm, paths.name)
-        elif engine.queue(paths.name) is None:
-            auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, paths.name)
-    if len(mgr.pushers) >= svc.cfg.max_consumers:
+    reg.enabled = True
+    if old is not None and reg.password == MASKED and reg.username == old.reg.username:
+        reg.password = old.reg.password
+    _check_rights(svc, who, paths, reg)
+    if old is None and len(mgr.pushers) >= svc.cfg.max_consumers:
         raise fail(
             web.HTTPServiceUnavailable, f"too many push registrations ({svc.cfg.max_consumers})"
         )
-    p = mgr.pusher(reg)
-    p.start()
-    mgr.pushers[reg.id] = p
+    compile_filter(reg.selector)  # a bad selector is 400 before anything is stored
     try:
-        await mgr.save(reg)
+        await mgr.store.save(reg)  # first: a registration that cannot be kept never starts
     except OSError as e:
-        del mgr.pushers[reg.id]
-        await p.stop(delete_subscription=True)
         raise fail(web.HTTPInsufficientStorage, f"registration not stored: {e}") from None
+    if old is not None:
+        await mgr.retire(old, reg)
+    p = mgr.pusher(reg)
+    try:
+        p.start()
+    except Exception:
+        if old is None:
+            await mgr.store.forget(reg)
+        else:  # the old one is gone: keep this one, disabled, for another try or a DELETE
+            reg.enabled = False
+            mgr.pushers[reg.id] = p
+            mgr.store.save_later(reg)
+        raise
+    mgr.pushers[reg.id] = p
     location = svc.links(request).url(paths.registration(reg.id))
-    return web.Response(status=201, headers={"Location": location})
+    return web.Response(status=200 if old else 201, headers={"Location": location})
+
+
+def _check_rights(svc: RestService, who: Principal, paths: Paths, reg: Registration) -> None:
+    engine = svc.engine
+    if not engine.security.enabled:
+        return
+    if paths.kind == TOPICS:
+        durable = Permission.CREATE_DURABLE_QUEUE
+        auth.check(engine, who, durable if reg.durable else Permission.CREATE_NON_DURABLE_QUEUE,
+                   paths.name)  # fmt: skip
+    elif engine.queue(paths.name) is None:
+        auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, paths.name)
 
 
 def _find(request: web.Request) -> Pusher:
@@ -209,7 +193,7 @@ async def unregister(request: web.Request) -> web.StreamResponse:
     mgr = request.app[PUSH]
     mgr.pushers.pop(p.reg.id, None)
     await p.stop(delete_subscription=p.reg.kind == TOPICS)
-    await mgr.forget(p.reg)
+    await mgr.store.forget(p.reg)
     return web.Response(status=204)
 
 

@@ -9,9 +9,9 @@ A queue registration (root ``push-registration``) or a topic one (``push-topic-r
       <selector><![CDATA[color = 'red']]></selector>
       <link href="http://h/hook" type="application/json" method="POST" rel="..."/>
       <maxRetries>10</maxRetries>           <!-- attempts per round on a transient failure -->
-      <retryWaitMillis>1000</retryWaitMillis>
+      <retryWaitMillis>1000</retryWaitMillis> <!-- below 100 counts as 100 -->
       <disableOnFailure>false</disableOnFailure>
-      <enabled>true</enabled>
+      <enabled>true</enabled>               <!-- files; a POST always enables -->
       <authentication><basic-auth><username>u</username><password>p</password></basic-auth></authentication>
       <header name="X-Token">abc</header>
     </push-registration>
@@ -31,6 +31,7 @@ from urllib.parse import quote
 from yarl import URL
 
 from gateway.http.rest.links import QUEUES, TOPICS
+from gateway.http.rest.names import name_problem
 
 TEMPLATE = "template"
 DESTINATION = "destination"
@@ -190,8 +191,10 @@ def parse(root: ET.Element, *, rid: str, kind: str, name: str | None) -> Registr
         destination = name or destination
         if not destination:
             raise RegistrationError("<destination> (the queue) is required")
-    if any(c in destination for c in "/*#"):
-        raise RegistrationError(f"invalid destination name {destination!r}")
+    for what, value in (("destination", destination), ("topic", topic)):
+        why = name_problem(value) if value is not None else None
+        if why is not None:
+            raise RegistrationError(f"invalid {what} name: {why}")
     return Registration(
         id=rid,
         kind=kind,

@@ -4,7 +4,8 @@
 is the multicast address ``name`` (STOMP ``/topic/name``).  A name that does not exist yet
 is served when the address settings let it be auto-created (as a STOMP SEND or SUBSCRIBE
 would create it); it is then created lazily, by the first POST or consumer, never by a GET.
-Otherwise, and when the name is taken by the other kind, the answer is 404.
+Otherwise, and when the name is taken by the other kind (or by a topic's subscription queue),
+the answer is 404.  A name REST does not serve (see :mod:`.names`) is 400.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from core.address import InvalidAddress, validate_name
 from core.engine import Engine
 from core.queue import ANYCAST, MULTICAST
 from gateway.http.rest.errors import fail
 from gateway.http.rest.links import QUEUES, Links, Paths
+from gateway.http.rest.names import check_name
 
 if TYPE_CHECKING:
     from config.listeners import RestConfig
@@ -37,11 +38,7 @@ class RestService:
     def destination(self, request: web.Request) -> Paths:
         """The queue or topic named in the URL, or 404 (see the module doc)."""
         kind = QUEUES if request.path.startswith("/queues/") else "topics"
-        name = request.match_info["name"]
-        try:
-            validate_name(name, allow_wildcards=False)
-        except InvalidAddress as e:
-            raise fail(web.HTTPBadRequest, f"invalid destination name: {e}") from None
+        name = check_name(request.match_info["name"], "destination")
         if kind == QUEUES:
             self.check_queue(name)
         else:
@@ -50,7 +47,13 @@ class RestService:
 
     def check_queue(self, name: str) -> None:
         engine = self.engine
-        if engine.queue(name) is not None:
+        q = engine.queue(name)
+        if q is not None:
+            if q.routing == MULTICAST:  # a push registration's, a STOMP durable subscription
+                raise fail(
+                    web.HTTPNotFound,
+                    f"{name!r} is a subscription of topic {q.address!r}, not a queue",
+                )
             return
         info = engine.post.addresses.get(name)
         if info is not None and info.routing == MULTICAST:
