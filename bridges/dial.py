@@ -99,7 +99,11 @@ async def dial(
             target.proxy_password,
         )
         if ctx is not None:  # TLS end to end, inside the proxy's tunnel
-            await writer.start_tls(ctx, server_hostname=target.host)
+            try:
+                await writer.start_tls(ctx, server_hostname=target.host)
+            except BaseException:  # a failed or cancelled handshake must not leak the socket
+                writer.close()
+                raise
         return reader, writer
     return await asyncio.open_connection(
         target.host,

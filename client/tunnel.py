@@ -12,6 +12,11 @@ failed request (proxy restarted, connection reset, 502/503/504) is sent again, f
 same offset, after a short backoff: the offsets make a repeat harmless, so nothing is lost
 or duplicated.  Only ``retry_for`` seconds of continuous failure, or the server saying the
 session is gone (404/410), end the connection: the reader then raises :class:`TunnelError`.
+
+Backpressure: the server holds a POST at most ``response_time`` while its protocol session
+holds input back, then says how many bytes it took; the rest goes again in the next POST.
+Unsent bytes pile up here until ``pause_writing``, so the producer stalls as over TCP and
+no request outlives a proxy's timeout.  A 413 halves the upload size.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from wire.tunnel import (
 
 log = logging.getLogger("waystation.client.tunnel")
 
-MAX_UP = 1 << 20  # bytes in one upstream POST
+MAX_UP = 1 << 20  # bytes in one upstream POST (halved on each 413, down to MIN_UP)
+MIN_UP = 1024
 RETRY_STATUS = frozenset((502, 503, 504))  # a proxy that lost the server: try again
 BACKOFF_FIRST = 0.05
 BACKOFF_MAX = 1.0
@@ -162,7 +168,8 @@ class TunnelTransport(asyncio.Transport):
         self._write_paused = False
         self._closing = False
         self._done = False
-        self._session_gone = False  # the server said 404/410: no DELETE needed
+        self._session_gone = False  # a poll got 404/410: the session is over, no DELETE
+        self._max_up = MAX_UP  # the server's max_request_size may be smaller
         self._up_dead = False  # the server refuses upstream bytes: writes are dropped
         self._tasks: set[asyncio.Task[None]] = set()
         self._up_task = self._spawn(self._upstream())
@@ -183,7 +190,7 @@ class TunnelTransport(asyncio.Transport):
                         return
                     self._up_ready.clear()
                     await self._up_ready.wait()
-                offset, body = self._up.window(MAX_UP)
+                offset, body = self._up.window(self._max_up)
                 status, headers, text = await self._http.request(
                     "POST",
                     self._path + "/up",
@@ -191,10 +198,14 @@ class TunnelTransport(asyncio.Transport):
                     data=body,
                     read_timeout=max(30.0, self._poll_timeout),
                 )
+                if status == 413 and len(body) > MIN_UP:
+                    self._max_up = max(MIN_UP, len(body) // 2)
+                    log.info("tunnel: upstream body too large, now %d bytes", self._max_up)
+                    continue
                 if status in (404, 410):
                     # the protocol may have closed the session (after an ERROR frame, say):
-                    # what is left comes down to the reader, so only writing stops here
-                    self._session_gone = True
+                    # what is left comes down to the reader, so only writing stops here (and
+                    # the DELETE at the end still goes out, for a session not yet ended)
                     self._up_dead = True
                     self._up = UpstreamSender(self._up.end)
                     if self._write_paused:
@@ -202,6 +213,8 @@ class TunnelTransport(asyncio.Transport):
                         self._protocol.resume_writing()
                     return
                 _check(status, text, "upstream")
+                # may be short of the body's end: the server held the rest back for
+                # response_time (backpressure); it goes again in the next POST
                 self._up.ack(parse_offset(headers.get(H_RECEIVED), H_RECEIVED))
                 if self._write_paused and self._up.unacked <= self._low:
                     self._write_paused = False

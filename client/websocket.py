@@ -252,9 +252,11 @@ class WebSocketTransport(asyncio.Transport):
             return
         self._lost = True
         try:
-            if handshake and not self._ws.closed:
+            if not self._ws.closed:
+                # without the handshake, close() is cut at its first wait: the close frame
+                # may go out, but the response is released (no "Unclosed response" left)
                 with contextlib.suppress(Exception):
-                    async with asyncio.timeout(CLOSE_TIMEOUT):
+                    async with asyncio.timeout(CLOSE_TIMEOUT if handshake else 0):
                         await self._ws.close()
         finally:
             try:

@@ -184,7 +184,13 @@ class TunnelConfig(Section):
         default=duration("60s"),
         description="A session with no request for this long is closed.",
     )
-    max_request_size: Size = Field(default=size("16MiB"), description="Largest upstream POST body.")
+    max_request_size: Size = Field(
+        default=size("1MiB"),
+        description="Largest upstream POST body (413 beyond; the client then sends smaller ones).",
+    )
+    max_sessions: int = Field(
+        default=10000, ge=1, description="Most tunnel sessions at once; more are refused with 503."
+    )
 
 
 class SockJsConfig(Section):
@@ -209,6 +215,17 @@ class SockJsConfig(Section):
         default="",
         description="Where /iframe.html loads sockjs-client from (only browsers without "
         "CORS use it); empty: /iframe.html is not served.",
+    )
+    max_send_size: Size = Field(
+        default=size("1MiB"),
+        description="Largest xhr_send / jsonp_send body (413 beyond); bigger STOMP frames "
+        "need the WebSocket transport.",
+    )
+    max_sessions: int = Field(
+        default=10000,
+        ge=1,
+        description="Most HTTP (polling and streaming) SockJS sessions at once; more are "
+        "refused with 503.",
     )
 
 

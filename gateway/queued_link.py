@@ -4,19 +4,27 @@ WebSocket, the HTTP tunnel and SockJS cannot write synchronously: a writer task 
 next downstream poll) takes everything written since it last looked, so the frames of one
 loop turn travel together.  Past ``high`` buffered bytes the session is told to pause its
 consumers; below ``low`` it resumes, so a slow reader holds messages in their queues, not
-in this buffer.
+in this buffer.  ``reading`` is clear while the session holds its input back (a send to a
+BLOCK-policy address that is full); closing sets it, so a transport waiting on it wakes.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Protocol
+
+SLICE = 64 * 1024  # input bytes given to a session per loop turn
 
 
 class FlowTarget(Protocol):
     def pause_writing(self) -> None: ...
 
     def resume_writing(self) -> None: ...
+
+
+class InputTarget(Protocol):
+    def data_received(self, data: bytes) -> None: ...
 
 
 class QueuedLink:
@@ -47,6 +55,7 @@ class QueuedLink:
     def close(self) -> None:
         self.closing = True
         self._ready.set()
+        self.reading.set()  # whoever waits to feed more input must wake and see the close
 
     def pause_reading(self) -> None:
         self.reading.clear()
@@ -90,4 +99,26 @@ class QueuedLink:
         return True
 
 
-__all__ = ["FlowTarget", "QueuedLink"]
+async def feed(
+    target: InputTarget,
+    link: QueuedLink,
+    data: bytes,
+    resumed: Callable[[], Awaitable[bool]],
+) -> bool:
+    """Give ``data`` to ``target`` in SLICE pieces, one per loop turn, so a large message of
+    tiny frames cannot stall every other connection; before each piece, while the session
+    holds its input back, await ``resumed`` (False: stop).  False when feeding stopped
+    early, because of ``resumed`` or because the link is closing."""
+    view = memoryview(data)
+    for start in range(0, len(data), SLICE):
+        if start:
+            await asyncio.sleep(0)
+        if not link.reading.is_set() and not await resumed():
+            return False
+        if link.closing:
+            return False
+        target.data_received(data if len(data) <= SLICE else bytes(view[start : start + SLICE]))
+    return True
+
+
+__all__ = ["SLICE", "FlowTarget", "InputTarget", "QueuedLink", "feed"]

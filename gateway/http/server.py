@@ -37,6 +37,20 @@ class HttpContext:
 CONTEXT = web.AppKey("context", HttpContext)
 
 
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None when it is over ``limit`` bytes (from Content-Length, or
+    while a chunked body is read).  aiohttp's ``client_max_size`` is one limit for the
+    whole app; this lets each route keep its own, smaller one."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = SERVER_NAME
 
@@ -53,8 +67,10 @@ class HttpServer:
         self.port = port
         self.tls = tls
         cfg = ctx.cfg
-        self.app = web.Application(
-            client_max_size=max(cfg.rest.max_body_size, cfg.tunnel.max_request_size)
+        self.app = web.Application(  # the tunnel and SockJS enforce their own limits
+            client_max_size=max(
+                cfg.rest.max_body_size, cfg.tunnel.max_request_size, cfg.sockjs.max_send_size
+            )
         )
         self.app[CONTEXT] = ctx
         self.app.on_response_prepare.append(_server_header)
@@ -98,4 +114,4 @@ class HttpServer:
             self.runner = None
 
 
-__all__ = ["CONTEXT", "HttpContext", "HttpServer"]
+__all__ = ["CONTEXT", "HttpContext", "HttpServer", "read_body"]

@@ -4,29 +4,55 @@ Subprotocols ``v12.stomp``, ``v11.stomp`` and ``v10.stomp`` are offered (a clien
 for none is served too, as RabbitMQ does).  Frames written during one loop turn leave as
 one WebSocket message; stomp.js and the STOMP parsers of other clients read several frames
 from one message.  A message is sent as text when it is valid UTF-8, otherwise as binary.
+A large incoming message is fed to the session in slices, one per loop turn.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 
 from aiohttp import WSMsgType, web
 
 from gateway.http.server import HttpContext
-from gateway.queued_link import QueuedLink
+from gateway.queued_link import QueuedLink, feed
 from gateway.stomp.session import StompSession
 
 log = logging.getLogger("waystation.websocket")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
+GONE_CHECK = 1.0  # seconds between looks at the socket while the session's input is held
 _SOCKETS = web.AppKey("stomp_ws_sockets", weakref.WeakSet[web.WebSocketResponse])
 
 
 def peer_of(request: web.Request) -> str:
     peer = request.transport.get_extra_info("peername") if request.transport else None
     return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+
+
+def client_gone(request: web.Request) -> bool:
+    """The client's connection is closed (aiohttp drops the transport when it is lost)."""
+    t = request.transport
+    return t is None or t.is_closing()
+
+
+async def input_resumed(link: QueuedLink, request: web.Request) -> bool:
+    """Wait while the session holds its input back (a send to a full BLOCK address); False
+    if the client went away or the session closed meanwhile.  No message is taken from the
+    socket while waiting (that is the backpressure), so the socket itself is looked at every
+    GONE_CHECK seconds: a client that drops it must not leave the session, with its
+    subscriptions and unacked messages, held until the address drains."""
+    reading = link.reading
+    while not reading.is_set():
+        if client_gone(request):
+            return False
+        try:
+            await asyncio.wait_for(reading.wait(), GONE_CHECK)
+        except TimeoutError:
+            pass
+    return not link.closing
 
 
 async def _pump(ws: web.WebSocketResponse, link: QueuedLink) -> None:
@@ -82,19 +108,17 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
         session = StompSession(ctx.engine, link, ctx.stomp)
         link.target = session
         pump = asyncio.ensure_future(_pump(ws, link))
+        resumed = functools.partial(input_resumed, link, request)
         try:
             async for msg in ws:
-                if msg.type is WSMsgType.TEXT:
-                    session.data_received(msg.data.encode())
-                elif msg.type is WSMsgType.BINARY:
-                    session.data_received(msg.data)
-                elif msg.type is WSMsgType.ERROR:
+                if msg.type is WSMsgType.ERROR:
                     log.info("WebSocket %s: %s", link.peer, ws.exception())
                     break
-                if session.closed:
+                data = msg.data.encode() if msg.type is WSMsgType.TEXT else msg.data
+                if not await feed(session, link, data, resumed) or session.closed:
                     break
-                if not link.reading.is_set():
-                    await link.reading.wait()
+                if not await resumed():  # take no more messages while input is held
+                    break
         finally:
             await finish(ws, link, session, pump)
         return ws
@@ -107,4 +131,4 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     app.on_shutdown.append(close_all)
 
 
-__all__ = ["SUBPROTOCOLS", "finish", "peer_of", "setup"]
+__all__ = ["SUBPROTOCOLS", "client_gone", "finish", "input_resumed", "peer_of", "setup"]

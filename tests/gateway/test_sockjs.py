@@ -287,6 +287,36 @@ def test_a_receiver_dropped_by_the_client_ends_the_session(node, run):
     run(go())
 
 
+def test_a_poll_dropped_by_the_client_ends_the_session_before_taking_a_message(node, run):
+    """A message arriving just after the client dropped its poll must not be written to the
+    dead request while the session carries on: the session ends (c[1002]) and, under client
+    acks, the message goes back to the queue."""
+    q = unique()
+    tcp, lst = connect(node.stomp_port)
+
+    async def go():
+        async with aiohttp.ClientSession() as http:
+            c = await Xhr(http, node).open()
+            await c.connect()
+            await c.subscribe(f"/queue/{q}", ack="client-individual")
+            reader, writer = await asyncio.open_connection("127.0.0.1", node.http_port)
+            path = c.url.removeprefix(node.http_url) + "/xhr"
+            writer.write(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n".encode())
+            await writer.drain()
+            await asyncio.sleep(0.2)  # the poll is held now
+            writer.close()  # the client gives up on it
+            await asyncio.sleep(0.1)
+            tcp.send(f"/queue/{q}", "m1")  # well within the server's 1 s look at the socket
+            await asyncio.sleep(0.5)
+            assert await c.poll() == 'c[1002,"Connection interrupted"]\n'
+
+    run(go())
+    tcp.subscribe(f"/queue/{q}", id="t")
+    msg = lst.wait_messages(1)[0]
+    assert msg.body == "m1" and msg.headers.get("redelivered") == "true"
+    tcp.disconnect()
+
+
 def test_xhr_streaming_prelude_framing_and_response_limit(node, run):
     q = unique()
 
@@ -328,13 +358,13 @@ def test_heartbeat_frames_at_the_configured_interval(node, run):
             t0 = time.monotonic()
             for i in (1, 2):
                 assert await asyncio.wait_for(r.content.readline(), 5) == b"h\n"
-                assert 0.8 * i * HEARTBEAT < time.monotonic() - t0 < i * HEARTBEAT + 1.5
+                assert 0.8 * i * HEARTBEAT < time.monotonic() - t0 < 3 * i * HEARTBEAT
 
     async def polling(http: aiohttp.ClientSession) -> None:
         c = await Xhr(http, node).open()
         t0 = time.monotonic()
         assert await c.poll() == "h\n"  # an idle poll is answered with a heart-beat
-        assert 0.8 * HEARTBEAT < time.monotonic() - t0 < HEARTBEAT + 1.5
+        assert 0.8 * HEARTBEAT < time.monotonic() - t0 < 3 * HEARTBEAT
 
     async def go():
         async with aiohttp.ClientSession() as http:
@@ -565,7 +595,7 @@ def test_websocket_transport_with_sockjs_framing(node, run):
             assert frames[0][0] == "MESSAGE" and frames[0][2] == b"over ws"
             t0 = time.monotonic()
             assert await ws.recv() == "h"
-            assert time.monotonic() - t0 < HEARTBEAT + 1.5
+            assert time.monotonic() - t0 < 3 * HEARTBEAT
             await ws.send('["broken')
             with pytest.raises(ConnectionClosed):
                 await asyncio.wait_for(ws.recv(), 5)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import socket
 import time
@@ -14,6 +15,14 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
+from gateway.queued_link import QueuedLink
+
+BLOCKING = """
+[address_settings."blk.#"]
+max_size_bytes = "1KiB"
+full_policy = "BLOCK"
+"""
+
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
@@ -21,6 +30,7 @@ def node(tmp_path_factory):
         tmp_path_factory.mktemp("ws-node"),
         http='[acceptors.http.websocket]\nmax_message_size = "64KiB"',
         stomp='heartbeat_send = "500ms"',
+        extra_config=BLOCKING,
     ).start()
     yield n
     n.stop()
@@ -207,6 +217,41 @@ def test_unacked_messages_return_to_the_queue_when_the_socket_drops(node):
     msg = lst.wait_messages(1)[0]
     assert msg.body == "keep me" and msg.headers.get("redelivered") == "true"
     tcp.disconnect()
+
+
+def test_a_socket_dropped_while_the_session_is_blocked_ends_the_session(node):
+    """A send to a full BLOCK address holds the session's input; a client that drops the
+    socket meanwhile must not leave its session (and unacked messages) held until the
+    address drains."""
+    q = unique()
+    c = WsStomp(node, ["v12.stomp"])
+    c.connect()
+    c.frame("SUBSCRIBE", id="1", destination=f"/queue/{q}", ack="client-individual")
+    tcp, lst = connect(node.stomp_port)
+    tcp.send(f"/queue/{q}", "keep me")
+    assert c.read()[2] == b"keep me"
+    c.frame("SEND", b"x" * 2000, destination=f"/queue/blk.{unique()}")  # fills it: held
+    time.sleep(0.3)
+    c.ws.socket.close()
+    tcp.subscribe(f"/queue/{q}", id="t")
+    msg = lst.wait_messages(1, timeout=8)[0]
+    assert msg.body == "keep me" and msg.headers.get("redelivered") == "true"
+    tcp.disconnect()
+
+
+def test_closing_a_link_wakes_a_transport_waiting_to_feed_input(run):
+    """The session closed (heart-beats, ERROR) while its input was held: the transport
+    waiting on ``reading`` must wake and see the close, or its handler hangs for good."""
+
+    async def go() -> None:
+        link = QueuedLink("peer")
+        link.pause_reading()
+        waiter = asyncio.ensure_future(link.reading.wait())
+        link.close()
+        await asyncio.wait_for(waiter, 1.0)
+        assert link.closing
+
+    run(go())
 
 
 def test_heart_beats_flow_over_the_websocket(node):

@@ -9,7 +9,9 @@ and jsonp, with ``xhr_send``/``jsonp_send``, CORS with credentials, heart-beats 
 Each session runs the same ``StompSession`` as TCP over a ``QueuedLink``, so STOMP sees
 the same frames; what the session writes waits in the link until a receiving request takes
 it, and past the link's high-water mark the session's consumers pause, so a browser that
-stops polling leaves messages in their queues.
+stops polling leaves messages in their queues.  Send requests are fed in slices (one per
+loop turn) and refused over ``max_send_size`` (413); at most ``max_sessions`` HTTP sessions
+exist at once (503 beyond).
 
 Limitation: SockJS carries text.  A message whose body is not valid UTF-8 cannot be
 delivered over it: it goes to the dead-letter address with ``_WS_DLQ_REASON`` =

@@ -6,7 +6,16 @@ A polling request answers with the first frame there is (messages, the close fra
 heart-beat after ``heartbeat`` seconds of silence).  A streaming request stays open and
 carries frames until ``response_limit`` bytes have gone (then the client opens the next
 one, so the browser can free what it read).  A client dropping a request is noticed within
-a second even while nothing is written.
+a second even while nothing is written, and is looked for again just before messages are
+taken from the session: a request found gone ends the session (``c[1002,...]``), so the
+client reconnects rather than carrying on with a hole in its stream.
+
+What remains is inherent to SockJS polling: a client that drops a polling request after
+that last look, while its answer is on the way, loses the answer and the server cannot
+tell (the write into the socket succeeds).  sockjs-client only abandons a poll when it is
+closing the session anyway.  Messages under STOMP ``client`` acks stay unacknowledged and
+are redelivered once the session ends; with ``auto`` ack, as over TCP, a message written
+out counts as delivered.
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.http.sockjs import framing
-from gateway.http.sockjs.headers import JAVASCRIPT, no_cache
+from gateway.http.sockjs.headers import JAVASCRIPT, cors, no_cache
 from gateway.http.sockjs.session import Sessions, SockJsSession
 from gateway.websocket.stomp_ws import peer_of
 
@@ -106,12 +115,12 @@ async def next_frame(
     now = asyncio.get_running_loop().time
     deadline = now() + heartbeat if heartbeat else math.inf
     while True:
+        if _gone(request):  # before taking: what is taken must not go to a dead request
+            return None
         if link.pending:
             return framing.messages([link.take(limit).decode()])
         if link.closing:
             return session.final_frame()
-        if _gone(request):
-            return None
         left = deadline - now()
         if left <= 0:
             return framing.HEARTBEAT
@@ -164,6 +173,9 @@ def handler(spec: Receiver, sessions: Sessions, heartbeat: float | None, limit: 
         session = sessions.get(sid)
         created = session is None
         if session is None:
+            if sessions.full:
+                text = f"too many SockJS sessions (max_sessions = {sessions.max_sessions})"
+                return web.Response(status=503, text=text, headers=cors(request))
             session = sessions.create(sid, peer_of(request))
         headers = no_cache(request, spec.content_type)
         if not spec.streaming:

@@ -84,7 +84,8 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     ctx = dataclasses.replace(ctx, stomp=dataclasses.replace(ctx.stomp, text_only=True))
     cfg = ctx.cfg.sockjs
     heartbeat = cfg.heartbeat.total_seconds() or None  # 0: no heart-beats
-    sessions = Sessions(ctx.engine, ctx.stomp, cfg.disconnect_delay.total_seconds())
+    delay = cfg.disconnect_delay.total_seconds()
+    sessions = Sessions(ctx.engine, ctx.stomp, delay, cfg.max_sessions)
     app[SESSIONS] = sessions
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
     prefix = cfg.stomp_path.rstrip("/")
@@ -103,9 +104,10 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
         r.add_route(spec.method, prefix + SESSION + "/" + spec.name, handle)
         if spec.method == "POST":
             r.add_options(prefix + SESSION + "/" + spec.name, _options("OPTIONS, POST"))
-    r.add_post(prefix + SESSION + "/xhr_send", senders.handler(sessions, jsonp=False))
+    limit = cfg.max_send_size
+    r.add_post(prefix + SESSION + "/xhr_send", senders.handler(sessions, False, limit))
     r.add_options(prefix + SESSION + "/xhr_send", _options("OPTIONS, POST"))
-    r.add_post(prefix + SESSION + "/jsonp_send", senders.handler(sessions, jsonp=True))
+    r.add_post(prefix + SESSION + "/jsonp_send", senders.handler(sessions, True, limit))
 
     async def close_all(app: web.Application) -> None:
         sessions.close_all()

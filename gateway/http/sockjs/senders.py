@@ -5,7 +5,8 @@ The answer is held until the messages are fed to the STOMP session, and one sess
 requests are fed one after the other in arrival order, so a client's frames arrive as it
 sent them.  Errors are the spec's: 404 for an unknown session, 500 ``Payload expected.``
 for an empty payload, 500 ``Broken JSON encoding.`` for anything but a JSON array of
-strings.
+strings; and 413 for a body over ``max_send_size`` (checked per route: aiohttp's own limit
+is the whole listener's).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from gateway.http.server import read_body
 from gateway.http.sockjs.framing import PayloadError, decode_payload, to_bytes
 from gateway.http.sockjs.headers import TEXT, cors, no_cache
 from gateway.http.sockjs.session import Sessions
@@ -27,12 +29,15 @@ def _form_payload(request: web.Request, raw: bytes) -> bytes:
     return fields.get("d", [""])[0].encode()
 
 
-def handler(sessions: Sessions, jsonp: bool) -> Handler:
+def handler(sessions: Sessions, jsonp: bool, limit: int) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
         session = sessions.get(request.match_info["session"])
         if session is None:
             return web.Response(status=404, text="No such SockJS session.", headers=cors(request))
-        raw = await request.read()
+        raw = await read_body(request, limit)
+        if raw is None:
+            text = f"Payload too large: over max_send_size ({limit} bytes)."
+            return web.Response(status=413, text=text, headers=cors(request))
         try:
             chunks = to_bytes(decode_payload(_form_payload(request, raw) if jsonp else raw))
         except PayloadError as e:

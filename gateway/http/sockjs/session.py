@@ -18,6 +18,7 @@ from collections.abc import Callable
 from core.engine import Engine
 from gateway.http.sockjs import framing
 from gateway.http.sockjs.textlink import TextLink
+from gateway.queued_link import feed
 from gateway.stomp.session import StompOptions, StompSession
 
 
@@ -45,13 +46,15 @@ class SockJsSession:
 
     # -- input ------------------------------------------------------------------------------
     async def feed(self, chunks: list[bytes]) -> None:
+        """The messages of one send request, in slices (one per loop turn: a big payload of
+        tiny frames must not stall the server), waiting while STOMP holds its input back
+        (until the session ends, which wakes the wait)."""
         async with self._input:
-            for chunk in chunks:
-                if self.stomp.closed:
-                    return
-                self.stomp.data_received(chunk)
-                if not self.link.reading.is_set():
-                    await self.link.reading.wait()
+            await feed(self.stomp, self.link, b"".join(chunks), self._resumed)
+
+    async def _resumed(self) -> bool:
+        await self.link.reading.wait()
+        return not self.link.closing
 
     def _not_text(self, message: str, detail: str) -> None:
         self.stomp.fail(message, detail)
@@ -104,18 +107,30 @@ class SockJsSession:
 
 
 class Sessions:
-    """The open SockJS sessions of one prefix, by session id."""
+    """The open SockJS sessions of one prefix, by session id (``max_sessions`` at most)."""
 
-    def __init__(self, engine: Engine, options: StompOptions, disconnect_delay: float) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        options: StompOptions,
+        disconnect_delay: float,
+        max_sessions: int,
+    ) -> None:
         self.engine = engine
         self.options = options
         self.delay = disconnect_delay
+        self.max_sessions = max_sessions
         self.by_id: dict[str, SockJsSession] = {}
 
     def get(self, sid: str) -> SockJsSession | None:
         return self.by_id.get(sid)
 
+    @property
+    def full(self) -> bool:
+        return len(self.by_id) >= self.max_sessions
+
     def create(self, sid: str, peer: str) -> SockJsSession:
+        """A new session (the caller checks ``full`` first)."""
         s = SockJsSession(sid, self.engine, self.options, peer, self.delay, self._forget)
         self.by_id[sid] = s
         return s

@@ -50,9 +50,5 @@ class TextLink(QueuedLink):
             return
         super().write(data)
 
-    def close(self) -> None:
-        super().close()
-        self.reading.set()  # whoever waits to feed more input must wake and see the close
-
 
 __all__ = ["NOT_TEXT", "TextLink", "describe"]

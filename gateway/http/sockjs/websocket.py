@@ -9,6 +9,7 @@ as the spec asks.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import weakref
 
@@ -18,8 +19,9 @@ from aiohttp.typedefs import Handler
 from gateway.http.server import HttpContext
 from gateway.http.sockjs import framing
 from gateway.http.sockjs.textlink import TextLink
+from gateway.queued_link import feed
 from gateway.stomp.session import StompSession
-from gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, peer_of
+from gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, input_resumed, peer_of
 
 log = logging.getLogger("waystation.sockjs")
 
@@ -75,6 +77,7 @@ def handlers(
         session = StompSession(ctx.engine, link, ctx.stomp)
         link.target = session
         pump = asyncio.ensure_future(_pump(ws, link, framed, heartbeat))
+        resumed = functools.partial(input_resumed, link, request)
         try:
             async for msg in ws:
                 if msg.type is WSMsgType.TEXT:
@@ -93,13 +96,10 @@ def handlers(
                     chunks = [msg.data]
                 else:
                     break  # binary SockJS frames, errors
-                for chunk in chunks:
-                    session.data_received(chunk)
-                    if session.closed:
-                        break
-                    if not link.reading.is_set():
-                        await link.reading.wait()
-                if session.closed:
+                data = b"".join(chunks)  # SockJS messages are pieces of one STOMP stream
+                if not await feed(session, link, data, resumed) or session.closed:
+                    break
+                if not await resumed():  # take no more messages while input is held
                     break
         finally:
             await finish(ws, link, session, pump)

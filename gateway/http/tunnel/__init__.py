@@ -7,13 +7,15 @@ Protocol (``{path}`` is ``[acceptors.http.tunnel] path``, default ``/tunnel``; n
 
 - ``POST {path}/open?protocol=stomp`` -> 201 ``{"session", "response_time",
   "session_timeout"}``; the session id is 128 random bits.  Unknown protocol -> 400 naming
-  the known ones.
-- ``POST {path}/{sid}/up?offset=N``: the body is upstream bytes from stream offset N.  Only
-  bytes beyond what the server has are fed to the protocol, so a repeated POST is harmless.
-  200 with ``X-Tunnel-Received`` = upstream bytes received.  N beyond that -> 409 with the
-  same header.  The answer waits while the protocol holds reading back (backpressure).
-  An empty body is a keep-alive (the client sends one while its reader is full and it
-  cannot poll).
+  the known ones; ``max_sessions`` open already -> 503.
+- ``POST {path}/{sid}/up?offset=N``: the body is upstream bytes from stream offset N (at
+  most ``max_request_size``, else 413).  Only bytes beyond what the server has are fed to
+  the protocol, so a repeated POST is harmless.  200 with ``X-Tunnel-Received`` = upstream
+  bytes taken.  N beyond that -> 409 with the same header.  While the protocol holds its
+  input back (backpressure: a full BLOCK address) the rest of the body waits, at most
+  ``response_time``; then the answer says how far the server got (possibly short of the
+  body's end) and the client sends the remainder again.  An empty body is a keep-alive
+  (the client sends one while its reader is full and it cannot poll).
 - ``GET {path}/{sid}/down?ack=M``: M = downstream bytes the client has.  The server forgets
   bytes before M and answers the bytes from M (``X-Tunnel-Offset``: M), at most 256 KiB,
   holding the poll up to ``response_time`` while there is nothing, then 200 empty.  A lost
@@ -23,7 +25,8 @@ Protocol (``{path}`` is ``[acceptors.http.tunnel] path``, default ``/tunnel``; n
   still delivered; the answer carrying the last of them has ``X-Tunnel-Closed: 1``.  A poll
   that acknowledges everything then ends the session.
 - ``DELETE {path}/{sid}`` -> 204 and the session ends.  A session with no request for
-  ``session_timeout`` ends.  On server shutdown every session ends.  An ended session's
+  ``session_timeout`` ends (a request in progress counts for ``response_time`` at most), as
+  does one that sent no upstream byte within ``session_timeout`` of opening.  On server shutdown every session ends.  An ended session's
   protocol session gets ``connection_lost()``; a held poll answers ``X-Tunnel-Closed: 1``;
   later requests get 410 (for one ``session_timeout``), unknown ids 404.
 

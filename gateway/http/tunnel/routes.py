@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.http.server import read_body
 from gateway.http.tunnel.protocols import PROTOCOLS, known
-from gateway.http.tunnel.registry import Registry
+from gateway.http.tunnel.registry import Full, Registry
 from gateway.http.tunnel.session import Ended, TunnelSession
 from gateway.websocket.stomp_ws import peer_of
 from wire.tunnel import (
@@ -56,7 +57,12 @@ class Routes:
         if protocol not in PROTOCOLS:
             what = "missing" if protocol is None else f"unknown protocol {protocol[:40]!r}"
             return _text(400, f"{PARAM_PROTOCOL}: {what}; known: {known()}")
-        session = self.registry.open(protocol, peer_of(request))
+        try:
+            session = self.registry.open(protocol, peer_of(request))
+        except Full:
+            limit = self.registry.max_sessions
+            text = f"too many tunnel sessions (max_sessions = {limit}); try again later"
+            return _text(503, text, {"Retry-After": "1"})
         info = SessionInfo(session.sid, self.response_time, self.registry.session_timeout).to_json()
         return web.json_response(info, status=201)
 
@@ -69,11 +75,11 @@ class Routes:
             offset = parse_offset(request.query.get(PARAM_OFFSET), PARAM_OFFSET)
         except ValueError as e:
             return _text(400, str(e))
-        if request.content_length is not None and request.content_length > self.max_request:
-            return _text(413, f"upstream body over max_request_size ({self.max_request} bytes)")
         session.begin()
         try:
-            data = await request.read()
+            data = await read_body(request, self.max_request)
+            if data is None:
+                return _text(413, f"upstream body over max_request_size ({self.max_request} bytes)")
             received = await session.up(offset, data)
         except OffsetError as e:
             return _text(409, f"{e}; resend from {e.expected}", {H_RECEIVED: str(e.expected)})

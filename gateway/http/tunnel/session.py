@@ -1,8 +1,17 @@
 """One tunnel session: a protocol session, its link, and the offsets of both directions.
 
-Flow control: a poll takes bytes out of the link only up to ``max_response`` unacknowledged
-bytes, and the link pauses the protocol at ``high``.  So the link's thresholds plus one
-response bound what the server holds for a slow client; the rest waits in the queues.
+Flow control downstream: a poll takes bytes out of the link only up to ``max_response``
+unacknowledged bytes, and the link pauses the protocol at ``high``.  So the link's
+thresholds plus one response bound what the server holds for a slow client; the rest waits
+in the queues.
+
+Upstream: a POST body is fed to the protocol in ``SLICE`` pieces, one per loop turn, so a
+large body of tiny frames cannot stall the other connections.  While the protocol holds its
+input back (a send to a full BLOCK address) feeding stops; the POST is held at most
+``hold`` seconds, then answered with the bytes taken so far, and the client sends the rest
+again later.  So the producer stalls as it would over TCP, but no request waits longer
+than a poll does (proxies and the client's read timeout never see it), and a client that
+vanishes meanwhile leaves a session that times out like any other.
 """
 
 from __future__ import annotations
@@ -11,7 +20,7 @@ import asyncio
 import time
 
 from gateway.http.tunnel.protocols import StreamSession
-from gateway.queued_link import QueuedLink
+from gateway.queued_link import SLICE, QueuedLink
 from wire.tunnel import DownstreamSender, UpstreamReceiver
 
 MAX_RESPONSE = 256 * 1024  # bytes of one downstream answer (and of unacknowledged data)
@@ -24,15 +33,18 @@ class Ended(Exception):
 
 
 class TunnelSession:
-    def __init__(self, sid: str, protocol: str, link: QueuedLink, stream: StreamSession) -> None:
+    def __init__(
+        self, sid: str, protocol: str, link: QueuedLink, stream: StreamSession, hold: float
+    ) -> None:
         self.sid = sid
         self.protocol = protocol
         self.link = link
         self.stream = stream
+        self.hold = hold  # longest a request is held (response_time)
         self.upstream = UpstreamReceiver()
         self.downstream = DownstreamSender()
         self.ended = False
-        self.last_seen = time.monotonic()
+        self.opened = self.last_seen = time.monotonic()
         self.active = 0  # requests being handled now (a held poll counts)
         self._poll: asyncio.Future[None] | None = None  # the held poll's wake-up
 
@@ -42,7 +54,11 @@ class TunnelSession:
         return self.link.closing and not self.link.pending
 
     def idle_for(self, now: float) -> float:
-        return 0.0 if self.active else now - self.last_seen
+        """Seconds without a request.  A request in progress counts as activity for
+        ``hold`` seconds only: one that never ends (a body that never comes, an answer the
+        client never reads) must not keep the session alive for ever."""
+        idle = now - self.last_seen
+        return max(0.0, idle - self.hold) if self.active else idle
 
     def begin(self) -> None:
         self.active += 1
@@ -54,20 +70,38 @@ class TunnelSession:
 
     # -- upstream -------------------------------------------------------------------------
     async def up(self, offset: int, data: bytes) -> int:
-        """Feed the new part of a POST body; the upstream offset reached.  The answer waits
-        while the protocol has paused reading (a durable send not yet stored), so a fast
-        client is held back here.  OffsetError on a gap, Ended when the session is over."""
+        """Feed the new part of a POST body (it starts at stream ``offset``); the upstream
+        offset reached, which may be short of the body's end when the protocol held its
+        input back for ``hold`` seconds.  OffsetError on a gap, Ended when the session is
+        over.  Two POSTs at once (a retry while the first is held) are safe: each piece is
+        taken from wherever the stream has reached."""
         if self.ended or self.link.closing:
             raise Ended
-        new = self.upstream.accept(offset, data)
-        if new:
-            self.stream.data_received(new)
+        self.upstream.accept(offset, b"")  # OffsetError if the body would leave a hole
+        end = offset + len(data)
         reading = self.link.reading
-        while not reading.is_set() and not self.ended and not self.link.closing:
-            try:
-                await asyncio.wait_for(reading.wait(), 1.0)
-            except TimeoutError:
-                pass
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.hold
+        fed = False
+        while self.upstream.received < end and not self.ended and not self.link.closing:
+            if not reading.is_set():
+                left = deadline - loop.time()
+                if left <= 0:
+                    break  # answer with what was taken; the client sends the rest again
+                try:
+                    await asyncio.wait_for(reading.wait(), left)
+                except TimeoutError:
+                    pass
+                continue
+            if fed:  # one slice per loop turn, then look again: the protocol may have
+                fed = False  # paused its input or ended meanwhile
+                await asyncio.sleep(0)
+                continue
+            have = self.upstream.received
+            skip = have - offset
+            piece = self.upstream.accept(have, data[skip : skip + SLICE])
+            self.stream.data_received(piece)
+            fed = True
         return self.upstream.received
 
     # -- downstream -----------------------------------------------------------------------
