@@ -17,7 +17,7 @@ import weakref
 from aiohttp import WSMsgType, web
 
 from gateway.http.server import HttpContext
-from gateway.queued_link import QueuedLink, feed
+from gateway.queued_link import SLICE, QueuedLink, feed
 from gateway.stomp.session import StompSession
 
 log = logging.getLogger("waystation.websocket")
@@ -109,16 +109,21 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
         link.target = session
         pump = asyncio.ensure_future(_pump(ws, link))
         resumed = functools.partial(input_resumed, link, request)
+        reading = link.reading
         try:
             async for msg in ws:
                 if msg.type is WSMsgType.ERROR:
                     log.info("WebSocket %s: %s", link.peer, ws.exception())
                     break
                 data = msg.data.encode() if msg.type is WSMsgType.TEXT else msg.data
-                if not await feed(session, link, data, resumed) or session.closed:
+                if len(data) <= SLICE and reading.is_set():
+                    session.data_received(data)  # the common case, without a coroutine
+                elif not await feed(session, link, data, resumed):
                     break
-                if not await resumed():  # take no more messages while input is held
+                if session.closed:
                     break
+                if not reading.is_set() and not await resumed():
+                    break  # took no more messages while input was held, and the client left
         finally:
             await finish(ws, link, session, pump)
         return ws
