@@ -32,6 +32,7 @@ from collections.abc import Iterable, Mapping
 from aiohttp import web
 
 from core.message import Message, PropertyValue, property_text
+from gateway.http import server
 from gateway.http.rest.errors import fail
 
 CONTENT_TYPE = "content-type"
@@ -164,23 +165,12 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, or 413 when it is larger than ``limit`` bytes."""
-    declared = request.content_length
-    if declared is not None and declared > limit:
+    body = await server.read_body(request, limit)
+    if body is None:
         raise fail(
-            web.HTTPRequestEntityTooLarge,
-            f"body of {declared} bytes is larger than max_body_size ({limit} bytes)",
+            web.HTTPRequestEntityTooLarge, f"body is larger than max_body_size ({limit} bytes)"
         )
-    chunks: list[bytes] = []
-    n = 0
-    async for chunk in request.content.iter_chunked(65536):
-        n += len(chunk)
-        if n > limit:
-            raise fail(
-                web.HTTPRequestEntityTooLarge,
-                f"body is larger than max_body_size ({limit} bytes)",
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return body
 
 
 # -- query and form parameters --------------------------------------------------------------
