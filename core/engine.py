@@ -257,6 +257,7 @@ class Engine:
     ) -> asyncio.Future[None] | None:
         """Route a message.  A returned future resolves when a durable message is on disk."""
         if tx is not None:
+            self.post.check_storable(msg)  # refused at SEND, never half-way through a commit
             tx.add_send(msg)
             return None
         return self.post.send(msg, routing)

@@ -565,6 +565,15 @@ class PostOffice:
             return None
         return self.persistence.write(ops, sync)
 
+    def check_storable(self, msg: Message) -> None:
+        """Raise InvalidMessage now if ``msg`` could not be stored when routed later (a
+        transaction's send), so one bad message cannot fail a commit half-way."""
+        if msg.durable:
+            self._encode(msg)
+        dup = msg.duplicate_id()
+        if dup is not None:
+            self._duplicate_op(dup, msg.address)
+
     def restore_duplicate(self, rid: int, address: str, dup: str | bytes) -> None:
         self.dup_cache(address).add(dup, rid)
 

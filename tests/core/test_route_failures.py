@@ -99,3 +99,28 @@ def test_a_durable_message_is_encoded_once(run, tmp_path, monkeypatch):
         await eng.stop()
 
     run(go())
+
+
+def test_a_transaction_refuses_an_unstorable_send_at_once_and_commits_the_rest(run, tmp_path):
+    """A commit is all or nothing: the bad message is refused when it is sent in the
+    transaction, so it can never fail the commit after earlier sends were routed."""
+
+    async def go():
+        eng = await make_engine(tmp_path)
+        tx = eng.begin("t1")
+        eng.send(eng.make_message("tq", b"good", durable=True), routing=ANYCAST, tx=tx)
+        bad = eng.make_message("tq", b"bad", durable=True, expiration=TOO_BIG)
+        with pytest.raises(InvalidMessage, match="cannot be stored"):
+            eng.send(bad, routing=ANYCAST, tx=tx)
+        bad_id = eng.make_message("tq", b"bad", {DUPLICATE_ID: "id\udcff"})
+        with pytest.raises(InvalidMessage, match="duplicate id"):
+            eng.send(bad_id, routing=ANYCAST, tx=tx)
+        assert len(tx.sends) == 1
+        fut = eng.commit(tx)
+        if fut is not None:
+            await fut
+        q = eng.queue("tq")
+        assert q is not None and q.depth == 1
+        await eng.stop()
+
+    run(go())
