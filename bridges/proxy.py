@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import base64
+
+from client.proxyauth import basic_proxy_authorization
 
 MAX_RESPONSE_HEAD = 16 * 1024
 
@@ -19,8 +20,7 @@ def connect_request(
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
     lines = [f"CONNECT {target} HTTP/1.1", f"Host: {target}"]
     if user is not None:
-        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
-        lines.append(f"Proxy-Authorization: Basic {token}")
+        lines.append(f"Proxy-Authorization: {basic_proxy_authorization(user, password)}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from client.proxyauth import proxy_auth_headers
 from wire.tunnel import (
     CONTENT_TYPE,
     H_CLOSED,
@@ -79,13 +80,15 @@ class _Http:
     ) -> None:
         self.base = base.rstrip("/")
         self.proxy = proxy
-        self.proxy_auth = aiohttp.BasicAuth(*proxy_auth) if proxy_auth else None
+        self.auth_headers, self.proxy_headers = proxy_auth_headers(
+            proxy_auth, tunnelled=base.startswith("https:")
+        )
         self.ssl: ssl_mod.SSLContext | bool = ssl if ssl is not None else True
         self.retry_for = retry_for
         self.stats = {"requests": 0, "failures": 0}  # live counters, for tests and logs
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=8, ssl=self.ssl),
-            headers=REQUEST_HEADERS,
+            headers={**REQUEST_HEADERS, **self.auth_headers},
             auto_decompress=False,
         )
 
@@ -116,7 +119,7 @@ class _Http:
                     data=data,
                     headers=headers,
                     proxy=self.proxy,
-                    proxy_auth=self.proxy_auth,
+                    proxy_headers=self.proxy_headers,
                     timeout=timeout,
                 ) as resp:
                     body = await resp.read()

@@ -22,6 +22,8 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMsgType
 
+from client.proxyauth import proxy_auth_headers
+
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 READ_LIMIT = 256 * 1024
 MAX_MESSAGE_SIZE = 16 * 1024 * 1024  # the default limit of Waystation's own /stomp endpoint
@@ -301,13 +303,16 @@ async def open_websocket_connection(
 
     Raises OSError: ``WebSocketRefused`` when the server or the proxy answered the upgrade
     with something other than 101, another OSError when nothing could be reached."""
-    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+    auth_headers, proxy_headers = proxy_auth_headers(
+        proxy_auth if proxy else None, tunnelled=url.startswith("wss:")
+    )
+    session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None), headers=auth_headers)
     try:
         ws = await session.ws_connect(
             _via_proxy(url) if proxy else url,
             protocols=tuple(subprotocols),
             proxy=proxy,
-            proxy_auth=aiohttp.BasicAuth(*proxy_auth) if proxy_auth else None,
+            proxy_headers=proxy_headers,
             ssl=ssl if ssl is not None else True,
             autoclose=True,
             autoping=True,

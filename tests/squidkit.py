@@ -17,6 +17,7 @@ from pathlib import Path
 from nodekit import free_port, wait_port
 
 SQUID = "/usr/sbin/squid"
+NCSA_AUTH = "/usr/lib/squid/basic_ncsa_auth"
 
 
 def ensure_squid() -> str:
@@ -39,7 +40,10 @@ class Squid:
         deny_connect: bool = True,
         deny_upgrade: bool = True,
         idle_timeout: int = 60,
+        auth: tuple[str, str] | None = None,
     ) -> None:
+        """``auth`` = (user, password): every request must carry Proxy-Authorization
+        (Basic), checked by squid's own basic_ncsa_auth helper; 407 otherwise."""
         # squid writes its logs as the proxy user, who cannot enter pytest's tmp_path (only
         # root can): by default it gets a folder of its own under /tmp
         self._own_dir = workdir is None
@@ -52,6 +56,19 @@ class Squid:
             rules.append("http_access deny CONNECT")
         if deny_upgrade:
             rules += ["acl upgrade req_header Upgrade .", "http_access deny upgrade"]
+        if auth is not None:
+            hashed = subprocess.run(
+                ["openssl", "passwd", "-1", auth[1]], check=True, capture_output=True, text=True
+            ).stdout.strip()
+            passwd = self.workdir / "passwd"
+            passwd.write_text(f"{auth[0]}:{hashed}\n")
+            passwd.chmod(0o644)
+            rules += [
+                f"auth_param basic program {NCSA_AUTH} {passwd}",
+                "auth_param basic realm waystation-tests",
+                "acl authed proxy_auth REQUIRED",
+                "http_access deny !authed",
+            ]
         self.conf = self.workdir / "squid.conf"
         self.conf.write_text(
             "\n".join(

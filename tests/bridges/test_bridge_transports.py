@@ -477,3 +477,39 @@ def test_ws_refusals_are_os_errors_with_the_status(run):
             await srv.stop()
 
     run(main())
+
+
+@pytest.mark.parametrize("transport", ["tunnel", "tcp-connect", "ws"])
+def test_bridge_through_a_proxy_that_wants_credentials(tmp_path, make_squid, transport):
+    """The bridge's ``proxy = "http://user:pass@host:port"`` reaches an authenticating proxy:
+    Basic credentials on the tunnel's plain requests, on CONNECT for tcp://, and on the
+    upgrade request for ws://."""
+    squid = make_squid(
+        auth=("alice", "s3cret"),
+        deny_connect=transport != "tcp-connect",
+        deny_upgrade=transport != "ws",
+    )
+    if transport == "ws":
+        squid.conf.write_text(
+            squid.conf.read_text() + "http_upgrade_request_protocols websocket allow all\n"
+        )
+    squid.start()
+    proxy = f"http://alice:s3cret@127.0.0.1:{squid.port}"
+
+    def tcp_url(b: NodeProcess) -> str:
+        return f"tcp://127.0.0.1:{b.stomp_port}"
+
+    url_of = {"tunnel": tunnel_url, "tcp-connect": tcp_url, "ws": ws_url}[transport]
+    a, b = start_pair(tmp_path, url_of, proxy=proxy)
+    try:
+        bodies = [f"auth{i}" for i in range(200)]
+        assert send_all(a.stomp_port, "site-b::orders", bodies) == bodies
+        received = collect(b.stomp_port, "orders", bodies, timeout=20, settle=0.2)
+        check_once_in_order(bodies, bodies, received)
+        assert len(received) == len(bodies)
+        a.stop()  # squid logs a tunnelled (CONNECT, upgraded) request when it ends
+    finally:
+        stop_all(a, b, squid)
+    log = squid.access_log()
+    assert " alice " in log, log[-2000:]
+    assert ("CONNECT 127.0.0.1:" in log) == (transport == "tcp-connect")

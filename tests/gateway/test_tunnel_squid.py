@@ -15,6 +15,7 @@ from stompkit import unique
 from tunnelkit import AsyncStomp
 
 from bridges.proxy import ProxyError, open_tunnel
+from client.tunnel import TunnelError, open_tunnel_connection
 
 N = 10_000
 
@@ -115,3 +116,28 @@ def test_10k_messages_exactly_once_in_order_across_a_squid_restart(node, squid, 
     downs = [ln for ln in log.splitlines() if f" GET{tunnel}" in ln and "/down" in ln]
     assert len(ups) >= 2 and len(downs) >= 2, log[-2000:]
     assert sum(f" POST{tunnel}open" in ln for ln in log.splitlines()) >= 2
+
+
+def test_a_proxy_that_wants_credentials_gets_them_and_refuses_without(node, run):
+    """Corporate proxies authenticate: the tunnel sends Proxy-Authorization (Basic) on every
+    request; without it the proxy's 407 is reported at once, not retried."""
+    url = f"{node.http_url}/tunnel"
+    q = unique("auth")
+    with Squid(auth=("alice", "s3cret")) as squid:
+
+        async def go() -> None:
+            c = await AsyncStomp.tunnel(url, proxy=squid.url, proxy_auth=("alice", "s3cret"))
+            c.frame("SUBSCRIBE", destination=f"/queue/{q}", id="s", receipt="sub")
+            await c.receipt("sub")
+            c.frame("SEND", b"through an authenticating proxy", destination=f"/queue/{q}")
+            assert (await c.next()).body == b"through an authenticating proxy"
+            await c.close()
+            for auth in (None, ("alice", "wrong")):
+                t0 = asyncio.get_running_loop().time()
+                with pytest.raises(TunnelError, match="407"):
+                    await open_tunnel_connection(url, proxy=squid.url, proxy_auth=auth)
+                assert asyncio.get_running_loop().time() - t0 < 5
+
+        run(go(), 60)
+        log = squid.access_log()
+    assert " alice " in log and "TCP_DENIED/407" in log, log[-2000:]
