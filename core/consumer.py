@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 class MessageRef:
     """One message's place in one queue."""
 
-    __slots__ = ("message", "queue", "rid", "delivery_count", "group")
+    __slots__ = ("message", "queue", "rid", "delivery_count")
 
     def __init__(
         self, message: Message, queue: Queue, rid: int = 0, delivery_count: int = 0
@@ -30,7 +30,6 @@ class MessageRef:
         self.queue = queue
         self.rid = rid  # journal record id of this reference; 0 when not persisted
         self.delivery_count = delivery_count
-        self.group: str | None = None
 
 
 class Delivery:
@@ -132,10 +131,6 @@ class Consumer:
             self.paused = False
             self.queue.dispatch()
 
-    def set_window(self, window: int) -> None:
-        self.window = window
-        self.queue.dispatch()
-
     # -- settlement ---------------------------------------------------------------------
     def _take(self, tag: int) -> MessageRef:
         ref = self.in_flight.pop(tag, None)
@@ -147,7 +142,7 @@ class Consumer:
         """Acknowledge one message."""
         ref = self._take(tag)
         self.acked += 1
-        self.queue.acknowledge(ref, tx, self)
+        self.queue.acknowledge(ref, tx)
 
     def ack_cumulative(self, tag: int, tx: Transaction | None = None) -> int:
         """Acknowledge ``tag`` and every earlier message in flight; returns how many."""
@@ -157,7 +152,7 @@ class Consumer:
         while self.in_flight:
             t, ref = self.in_flight.popitem(last=False)
             self.acked += 1
-            self.queue.acknowledge(ref, tx, self)
+            self.queue.acknowledge(ref, tx)
             n += 1
             if t == tag:
                 break
@@ -168,7 +163,7 @@ class Consumer:
         dead-lettered once it reached the maximum delivery attempts."""
         ref = self._take(tag)
         if tx is not None:
-            tx.add_nack(self, ref)
+            tx.add_nack(ref)
         else:
             self.queue.cancel([ref])
         self.queue.dispatch()

@@ -15,7 +15,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
+from core.consumer import Consumer, DeliveryHandler, MessageRef
 from core.divert import Divert, load_transformer
 from core.events import EventSink
 from core.filter import compile_filter
@@ -342,10 +342,7 @@ class Engine:
     ) -> None:
         """Dead-letter a message delivered to ``consumer`` and not yet acknowledged (a handler
         that found it undeliverable, such as a bridge whose remote refused it)."""
-        ref = consumer.in_flight.pop(tag, None)
-        if ref is None:
-            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
-        self.post.dead_letter(ref, reason, detail)
+        self.post.dead_letter(consumer._take(tag), reason, detail)
 
     def dead_letter_acknowledged(self, message: Message, reason: str, detail: str = "") -> None:
         """Dead-letter a copy of a message its consumer already took (auto-acknowledged)
@@ -386,15 +383,11 @@ class Engine:
             post.check_full(msg.address)
         for msg in tx.sends:
             sync |= post.route(msg, ops)
-        for _consumer, ref in tx.acks:
+        for ref in tx.acks:
             ref.queue.messages_acked += 1
-            if ref.rid:
-                self.persistence.unref_ops(ref.rid, ref.message, ops)
-                sync = True
-            if self.events is not None:
-                m = ref.message
-                self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name, tx=tx.id)
-        for _consumer, ref in tx.nacks:
+            post.ack_ops(ref, ops, tx=tx.id)
+            sync |= ref.rid != 0
+        for ref in tx.nacks:
             ref.queue.cancel([ref])
             ref.queue.dispatch()
         if not ops:
@@ -406,9 +399,8 @@ class Engine:
         if tx.state != "active":
             return
         tx.state = "rolled back"
-        refs = [r for _, r in tx.acks] + [r for _, r in tx.nacks]
         by_queue: dict[Queue, list[MessageRef]] = {}
-        for ref in refs:
+        for ref in tx.acks + tx.nacks:
             by_queue.setdefault(ref.queue, []).append(ref)
         for q, qrefs in by_queue.items():
             q.cancel(qrefs)

@@ -88,8 +88,9 @@ class Persistence:
 
     # -- batches --------------------------------------------------------------------------
     @staticmethod
-    def message_op(msg: Message) -> Op:
-        return put(msg.id, RT_MESSAGE, msg.encode())
+    def message_op(msg: Message, encoded: bytes) -> Op:
+        """``encoded`` is ``msg.encode()``, done by the caller before anything changed."""
+        return put(msg.id, RT_MESSAGE, encoded)
 
     def ref_op(self, rid: int, qid: int, msg: Message, delivery_count: int) -> Op:
         self.refcounts[msg.id] = self.refcounts.get(msg.id, 0) + 1

@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from core.address import is_wildcard, matches, split_remote, validate_name
-from core.consumer import Consumer, MessageRef
+from core.consumer import MessageRef
 from core.divert import Divert, DivertError, find_loop
 from core.duplicates import DuplicateCache
 from core.events import EventSink
@@ -31,12 +31,11 @@ from core.message import (
     Message,
     now_ms,
 )
-from core.persistence import RT_MESSAGE, Persistence, QueueRecord
+from core.persistence import Persistence, QueueRecord
 from core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
 from core.reasons import ADDRESS_FULL, EXPIRED, MAX_DELIVERIES, NO_ROUTE, UNKNOWN_NODE
 from core.settings import FullPolicy, Resolved, SettingsRepository
-from core.store.api import Op, delete, put
-from core.transaction import Transaction
+from core.store.api import Op, delete
 
 log = logging.getLogger("waystation.postoffice")
 
@@ -134,7 +133,7 @@ class PostOffice:
             shutil.rmtree(path, ignore_errors=True)
         return path
 
-    def on_delivered(self, ref: MessageRef, consumer: Consumer) -> None:
+    def on_delivered(self, ref: MessageRef) -> None:
         if self.events is not None:
             m = ref.message
             self.events.emit(
@@ -146,14 +145,18 @@ class PostOffice:
                 delivery_count=ref.delivery_count,
             )
 
-    def on_acked(self, ref: MessageRef, tx: Transaction | None) -> None:
+    def on_acked(self, ref: MessageRef) -> None:
+        ops: list[Op] = []
+        self.ack_ops(ref, ops)
+        self.persistence.write(ops, False)
+
+    def ack_ops(self, ref: MessageRef, ops: list[Op], **extra: object) -> None:
+        """Settle an acknowledged reference: what must be written goes to ``ops``."""
         if ref.rid:
-            ops: list[Op] = []
             self.persistence.unref_ops(ref.rid, ref.message, ops)
-            self.persistence.write(ops, False)
         if self.events is not None:
             m = ref.message
-            self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name)
+            self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name, **extra)
 
     def on_delivery_count(self, ref: MessageRef) -> None:
         if ref.rid:
@@ -163,7 +166,7 @@ class PostOffice:
             self.persistence.write([op], False)
 
     def on_replaced(self, ref: MessageRef) -> None:
-        self.on_acked(ref, None)
+        self.on_acked(ref)
 
     def dead_letter(self, ref: MessageRef, reason: str, detail: str = "") -> None:
         ops: list[Op] = []
@@ -346,10 +349,6 @@ class PostOffice:
         self.diverts[divert.name] = divert
         self._divert_cache.clear()
 
-    def remove_divert(self, name: str) -> None:
-        self.diverts.pop(name, None)
-        self._divert_cache.clear()
-
     def _diverts_for(self, address: str) -> list[Divert]:
         hit = self._divert_cache.get(address)
         if hit is None:
@@ -514,7 +513,7 @@ class PostOffice:
                 rid = self.ids()
                 if not stored:
                     assert encoded is not None
-                    ops.append(put(msg.id, RT_MESSAGE, encoded))  # Persistence.message_op
+                    ops.append(self.persistence.message_op(msg, encoded))
                     stored = True
                 ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
                 sync = True

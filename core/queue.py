@@ -56,8 +56,8 @@ class QueueContext(Protocol):
     def settings(self, address: str) -> Resolved: ...
     def usage(self, address: str) -> AddressUsage: ...
     def memory_released(self, usage: AddressUsage) -> None: ...
-    def on_acked(self, ref: MessageRef, tx: Transaction | None) -> None: ...
-    def on_delivered(self, ref: MessageRef, consumer: Consumer) -> None: ...
+    def on_acked(self, ref: MessageRef) -> None: ...
+    def on_delivered(self, ref: MessageRef) -> None: ...
     def on_delivery_count(self, ref: MessageRef) -> None: ...
     def on_replaced(self, ref: MessageRef) -> None: ...
     def dead_letter(self, ref: MessageRef, reason: str, detail: str = "") -> None: ...
@@ -202,6 +202,10 @@ class Queue:
             log.info("queue %s is paging to %s", self.name, path)
         self._spill.append(msgpack.packb((ref.rid, ref.delivery_count, ref.message.encode())))
 
+    def _unspill(self, blob: bytes) -> MessageRef:
+        rid, count, data = msgpack.unpackb(blob)
+        return MessageRef(Message.decode(data), self, rid, count)
+
     def _depage(self) -> None:
         spill = self._spill
         if spill is None:
@@ -211,8 +215,7 @@ class Queue:
         if room <= 0 and self._count:
             return
         for blob in spill.read(DEPAGE_BATCH, max(room, 1)):
-            rid, count, data = msgpack.unpackb(blob)
-            ref = MessageRef(Message.decode(data), self, rid, count)
+            ref = self._unspill(blob)
             level = self._levels[min(9, max(0, ref.message.priority))]
             level.append(ref)
             self._count += 1
@@ -416,19 +419,17 @@ class Queue:
             if lv is not None and self._lvq.get(lv) is ref:
                 del self._lvq[lv]
         consumer._deliver(ref)
-        self.ctx.on_delivered(ref, consumer)
+        self.ctx.on_delivered(ref)
         if consumer.auto_ack:
-            self.acknowledge(ref, None, consumer)
+            self.acknowledge(ref, None)
 
     # -- settlement -----------------------------------------------------------------------
-    def acknowledge(
-        self, ref: MessageRef, tx: Transaction | None, consumer: Consumer | None
-    ) -> None:
+    def acknowledge(self, ref: MessageRef, tx: Transaction | None) -> None:
         if tx is not None:
-            tx.add_ack(consumer, ref)
+            tx.add_ack(ref)
             return
         self.messages_acked += 1
-        self.ctx.on_acked(ref, None)
+        self.ctx.on_acked(ref)
 
     def cancel(self, refs: list[MessageRef]) -> None:
         """Messages given back (nack, consumer closed, rollback): redeliver or dead-letter."""
@@ -491,9 +492,7 @@ class Queue:
         self._arm_timer()
         if self._spill is not None:
             while len(self._spill):
-                for blob in self._spill.read(DEPAGE_BATCH, 1 << 30):
-                    rid, count, data = msgpack.unpackb(blob)
-                    refs.append(MessageRef(Message.decode(data), self, rid, count))
+                refs.extend(map(self._unspill, self._spill.read(DEPAGE_BATCH, 1 << 30)))
             self._spill.close(delete=True)
             self._spill = None
         self._lvq.clear()

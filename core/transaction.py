@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from core.message import Message
 
 if TYPE_CHECKING:
-    from core.consumer import Consumer, MessageRef
+    from core.consumer import MessageRef
 
 
 class TransactionError(Exception):
@@ -24,8 +24,8 @@ class Transaction:
     def __init__(self, tx_id: str) -> None:
         self.id = tx_id
         self.sends: list[Message] = []
-        self.acks: list[tuple[Consumer | None, MessageRef]] = []
-        self.nacks: list[tuple[Consumer, MessageRef]] = []
+        self.acks: list[MessageRef] = []
+        self.nacks: list[MessageRef] = []
         self.state = "active"
 
     def _check(self) -> None:
@@ -36,10 +36,10 @@ class Transaction:
         self._check()
         self.sends.append(message)
 
-    def add_ack(self, consumer: Consumer | None, ref: MessageRef) -> None:
+    def add_ack(self, ref: MessageRef) -> None:
         self._check()
-        self.acks.append((consumer, ref))
+        self.acks.append(ref)
 
-    def add_nack(self, consumer: Consumer, ref: MessageRef) -> None:
+    def add_nack(self, ref: MessageRef) -> None:
         self._check()
-        self.nacks.append((consumer, ref))
+        self.nacks.append(ref)
