@@ -41,15 +41,6 @@ async def post(s: aiohttp.ClientSession, url: str, body: bytes | str = b"", **kw
         return link(r, "create-next")
 
 
-async def pull_consumer(
-    s: aiohttp.ClientSession, factory: str, **form: str
-) -> aiohttp.ClientResponse:
-    async with s.post(factory, data=form) as r:
-        assert r.status in (200, 201), (r.status, await r.text())
-        await r.read()
-        return r
-
-
 @dataclass
 class Got:
     status: int
@@ -143,14 +134,14 @@ def registration(href: str, *, root: str = "push-registration", **opts: str) -> 
     return f"<{root}><link {link_attrs}/>{extra}</{root}>"
 
 
-async def drain(s: aiohttp.ClientSession, destination: str, wait: float = 0.0) -> list[bytes]:
+async def drain(s: aiohttp.ClientSession, destination: str) -> list[bytes]:
     """Every message waiting on a queue, taken by a fresh auto-ack consumer (then deleted)."""
     async with s.post(f"{destination}/pull-consumers") as r:
         assert r.status == 201, (r.status, await r.text())
         nxt, consumer = r.headers["msg-consume-next"], r.headers["Location"]
     out: list[bytes] = []
     while True:
-        got = await consume(s, nxt, wait or None)
+        got = await consume(s, nxt)
         if got.status == 503:
             break
         assert got.status == 200, (got.status, got.body)

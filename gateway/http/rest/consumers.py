@@ -33,7 +33,7 @@ from core.queue import ANYCAST, MULTICAST
 from core.security import Permission, Principal
 from gateway.http.rest import auth
 from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES, TOPICS, Links, Paths
+from gateway.http.rest.links import QUEUES, TOPICS, Links, Paths, kind_of
 from gateway.http.rest.mapping import parse_bool, parse_int
 from gateway.http.rest.names import check_name
 from gateway.http.rest.pull import PullConsumer, Registry
@@ -68,8 +68,7 @@ async def params(request: web.Request) -> dict[str, str]:
 
 
 def _paths(request: web.Request) -> Paths:
-    kind = QUEUES if request.path.startswith("/queues/") else TOPICS
-    return Paths(kind, request.match_info["name"])
+    return Paths(kind_of(request), request.match_info["name"])
 
 
 # -- opening ---------------------------------------------------------------------------------

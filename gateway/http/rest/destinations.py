@@ -28,7 +28,7 @@ from gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
 from gateway.http.rest.mapping import read_body
 from gateway.http.rest.names import check_name
 from gateway.http.rest.service import SERVICE
-from gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool
+from gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xml_text
 
 
 @guarded
@@ -58,8 +58,7 @@ async def create_queue(request: web.Request) -> web.StreamResponse:
     root = parse_xml(await read_body(request, MAX_XML), "queue")
     name = _name(root, "queue")
     durable = xml_bool(root, "durable", True)
-    sel = root.find("selector")
-    selector = sel.text.strip() if sel is not None and sel.text and sel.text.strip() else None
+    selector = xml_text(root, "selector")
     perm = Permission.CREATE_DURABLE_QUEUE if durable else Permission.CREATE_NON_DURABLE_QUEUE
     auth.check(engine, who, perm, name)
     location = svc.links(request).url(Paths(QUEUES, name).root)

@@ -32,6 +32,11 @@ def base_url(request: web.Request) -> str:
     return f"{proto}://{host}"
 
 
+def kind_of(request: web.Request) -> str:
+    """QUEUES or TOPICS: which kind of destination the request's URL is under."""
+    return QUEUES if request.path.startswith("/queues/") else TOPICS
+
+
 def seg(name: str) -> str:
     """One path segment (a queue, topic, consumer or registration name)."""
     return quote(name, safe="-._~!$&'()*+,;=:@")
@@ -82,18 +87,10 @@ class Links:
         self.items.append((rel, self.url(path)))
         return self
 
-    def apply(self, headers: dict[str, str]) -> dict[str, str]:
-        if not self.items:
-            return headers
-        if self.link_header:
-            headers["Link"] = ", ".join(f'<{u}>; rel="{r}"; title="{r}"' for r, u in self.items)
-        else:
-            for rel, u in self.items:
-                headers[f"msg-{rel}"] = u
-        return headers
-
     def headers(self) -> dict[str, str]:
-        return self.apply({})
+        if self.link_header and self.items:
+            return {"Link": ", ".join(f'<{u}>; rel="{r}"; title="{r}"' for r, u in self.items)}
+        return {f"msg-{rel}": u for rel, u in self.items}
 
 
 def destination_links(links: Links, paths: Paths) -> Links:
@@ -106,4 +103,4 @@ def destination_links(links: Links, paths: Paths) -> Links:
     return links
 
 
-__all__ = ["QUEUES", "TOPICS", "Links", "Paths", "base_url", "destination_links", "seg"]
+__all__ = ["QUEUES", "TOPICS", "Links", "Paths", "base_url", "destination_links", "kind_of", "seg"]

@@ -106,7 +106,7 @@ _RESERVED = frozenset(
         DELIVERY_COUNT,
     )
 )
-_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, PropertyValue]:
@@ -136,10 +136,11 @@ def content_type(props: Mapping[str, PropertyValue], default: str = DEFAULT_TYPE
     if v is None:
         v = props.get(HTTP_PREFIX + "content$type")
     text = property_text(v) if v is not None else ""
-    return text if text and _clean(text) else default
+    return text if text and clean_value(text) else default
 
 
-def _clean(value: str) -> bool:
+def clean_value(value: str) -> bool:
+    """Whether ``value`` can be a header value (no line break, no NUL)."""
     return not any(c in value for c in "\r\n\x00")
 
 
@@ -154,11 +155,11 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
             not name
             or name.lower() in _RESERVED
             or name.startswith("msg-")
-            or not _TOKEN.match(name)
+            or not TOKEN.match(name)
         ):
             continue
         text = property_text(v)
-        if _clean(text):
+        if clean_value(text):
             headers[name] = text
     return headers
 
@@ -216,6 +217,8 @@ __all__ = [
     "CONTENT_TYPE",
     "DEFAULT_TYPE",
     "DELIVERY_COUNT",
+    "TOKEN",
+    "clean_value",
     "content_type",
     "message_headers",
     "parse_bool",

@@ -81,9 +81,15 @@ class Turn:
             c.busy -= 1
             c.touch()
 
-    async def take(self, deadline: float) -> Delivery | None:
+    async def take(self, deadline: float) -> Delivery:
+        """The next message by ``deadline``; 404 when the consumer closed, else 503."""
         left = deadline - asyncio.get_running_loop().time()
-        return await self.c.take(max(left, 0.0))
+        d = await self.c.take(max(left, 0.0))
+        if self.c.closed:
+            raise self.gone()
+        if d is None:
+            raise self.refuse(web.HTTPServiceUnavailable, NO_MESSAGE)
+        return d
 
     def links(self) -> dict[str, str]:
         return next_links(self.svc.links(self.request), self.c, self.paths).headers()
@@ -124,10 +130,6 @@ async def consume_next(request: web.Request) -> web.StreamResponse:
     async with turn.hold(deadline):
         if n == c.next_index:
             d = await turn.take(deadline)
-            if c.closed:
-                raise turn.gone()
-            if d is None:
-                raise turn.refuse(web.HTTPServiceUnavailable, NO_MESSAGE)
             snap = Snapshot(d.message, d.delivery_count)
             c.consumer.ack(d.tag)
             c.cached = (n, snap)
@@ -154,10 +156,6 @@ async def acknowledge_next(request: web.Request) -> web.StreamResponse:
         if n != c.next_index:
             raise turn.stale(f"acknowledge-next-{n} is stale")
         d = await turn.take(deadline)
-        if c.closed:
-            raise turn.gone()
-        if d is None:
-            raise turn.refuse(web.HTTPServiceUnavailable, NO_MESSAGE)
         c.pending = (n, d)
         return turn.message(Snapshot(d.message, d.delivery_count))
 

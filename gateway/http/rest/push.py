@@ -92,7 +92,6 @@ class Pusher:
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._on_disabled = on_disabled
         self.sub: Subscription | None = None
-        self.attempts = 0  # every request made (for status and tests)
         self.failures = 0  # transient failures since the last success (0: healthy)
         self._pending: collections.deque[Delivery] = collections.deque()
         self._ready = asyncio.Event()
@@ -238,7 +237,6 @@ class Pusher:
     async def _attempt(self, d: Delivery) -> None:
         reg = self.reg
         msg = d.message
-        self.attempts += 1
         if reg.rel == DESTINATION:
             template = await self._remote_template()
             url = template.replace("{id}", f"{self.engine.node_name}-{reg.id}-{msg.id}")

@@ -35,7 +35,7 @@ from core.filter import compile_filter
 from core.security import Permission, Principal
 from gateway.http.rest import auth
 from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES, TOPICS, Paths
+from gateway.http.rest.links import TOPICS, Paths, kind_of
 from gateway.http.rest.mapping import read_body
 from gateway.http.rest.push import Pusher
 from gateway.http.rest.pushstore import PushStore, problem
@@ -168,7 +168,7 @@ def _find(request: web.Request) -> Pusher:
     svc = request.app[SERVICE]
     mgr = request.app[PUSH]
     who = auth.principal(request, svc.engine)
-    kind = QUEUES if request.path.startswith("/queues/") else TOPICS
+    kind = kind_of(request)
     name = request.match_info["name"]
     auth.check(svc.engine, who, Permission.CONSUME, name)
     p = mgr.pushers.get(request.match_info["rid"])

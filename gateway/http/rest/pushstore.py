@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +19,7 @@ from aiohttp import web
 
 from gateway.http.rest.links import QUEUES, TOPICS
 from gateway.http.rest.registration import Registration, RegistrationError, parse
+from gateway.http.rest.substore import write_durably
 from gateway.http.rest.xmldoc import parse_xml
 
 log = logging.getLogger("waystation.rest.push")
@@ -48,7 +48,7 @@ class PushStore:
 
     def _write(self, reg: Registration) -> asyncio.Task[None]:
         assert self.directory is not None
-        return self._chain(reg.id, _write_file, self.directory, reg.id, reg.to_xml())
+        return self._chain(reg.id, write_durably, self.directory / f"{reg.id}.xml", reg.to_xml())
 
     def _chain(self, rid: str, fn: Callable[..., None], *args: object) -> asyncio.Task[None]:
         """Run ``fn(*args)`` in a thread after the registration's previous write."""
@@ -101,16 +101,6 @@ def _report(task: asyncio.Task[None], reg: Registration) -> None:
             reg.enabled,
             task.exception(),
         )
-
-
-def _write_file(store: Path, rid: str, data: bytes) -> None:
-    store.mkdir(parents=True, exist_ok=True)
-    tmp = store / f".{rid}.xml.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, store / f"{rid}.xml")
 
 
 def _unlink(path: Path) -> None:

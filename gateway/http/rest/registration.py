@@ -31,13 +31,14 @@ from urllib.parse import quote
 from yarl import URL
 
 from gateway.http.rest.links import QUEUES, TOPICS
+from gateway.http.rest.mapping import TOKEN, clean_value
 from gateway.http.rest.names import name_problem
+from gateway.http.rest.xmldoc import xml_text
 
 TEMPLATE = "template"
 DESTINATION = "destination"
 _PARAM = re.compile(r"\{[^{}/]*\}")
 _METHODS = ("POST", "PUT", "PATCH", "GET", "DELETE")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 class RegistrationError(ValueError):
@@ -113,15 +114,8 @@ def _b(v: bool) -> str:
     return "true" if v else "false"
 
 
-def _text(root: ET.Element, tag: str) -> str | None:
-    el = root.find(tag)
-    if el is None or el.text is None:
-        return None
-    return el.text.strip() or None
-
-
 def _bool(root: ET.Element, tag: str, default: bool) -> bool:
-    t = _text(root, tag)
+    t = xml_text(root, tag)
     if t is None:
         return default
     if t.lower() not in ("true", "false"):
@@ -130,7 +124,7 @@ def _bool(root: ET.Element, tag: str, default: bool) -> bool:
 
 
 def _int(root: ET.Element, tag: str, default: int, lo: int, hi: int) -> int:
-    t = _text(root, tag)
+    t = xml_text(root, tag)
     if t is None:
         return default
     try:
@@ -168,19 +162,19 @@ def parse(root: ET.Element, *, rid: str, kind: str, name: str | None) -> Registr
     username = password = None
     basic = root.find("authentication/basic-auth")
     if basic is not None:
-        username = _text(basic, "username") or ""
-        password = _text(basic, "password") or ""
+        username = xml_text(basic, "username") or ""
+        password = xml_text(basic, "password") or ""
     headers: list[tuple[str, str]] = []
     for h in root.findall("header"):
         hn = (h.get("name") or "").strip()
         hv = (h.text or "").strip()
-        if not _HEADER_NAME.match(hn) or any(c in hv for c in "\r\n\0"):
+        if not TOKEN.match(hn) or not clean_value(hv):
             raise RegistrationError(f"invalid <header name={hn!r}>")
         headers.append((hn, hv))
     topic: str | None = None
-    destination = _text(root, "destination")
+    destination = xml_text(root, "destination")
     if kind == TOPICS:
-        topic = name or _text(root, "topic")
+        topic = name or xml_text(root, "topic")
         if not topic:
             raise RegistrationError("<topic> is required in a topic registration file")
         if name is not None:  # posted: the server names the subscription
@@ -205,7 +199,7 @@ def parse(root: ET.Element, *, rid: str, kind: str, name: str | None) -> Registr
         type=(link.get("type") or "").strip() or None,
         rel=rel,
         durable=_bool(root, "durable", False),
-        selector=_text(root, "selector"),
+        selector=xml_text(root, "selector"),
         max_retries=_int(root, "maxRetries", 10, 1, 1_000_000),
         retry_wait_ms=_int(root, "retryWaitMillis", 1000, 0, 86_400_000),
         disable_on_failure=_bool(root, "disableOnFailure", False),

@@ -19,7 +19,7 @@ from aiohttp import web
 from core.engine import Engine
 from core.queue import ANYCAST, MULTICAST
 from gateway.http.rest.errors import fail
-from gateway.http.rest.links import QUEUES, Links, Paths
+from gateway.http.rest.links import QUEUES, Links, Paths, kind_of
 from gateway.http.rest.names import check_name
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class RestService:
 
     def destination(self, request: web.Request) -> Paths:
         """The queue or topic named in the URL, or 404 (see the module doc)."""
-        kind = QUEUES if request.path.startswith("/queues/") else "topics"
+        kind = kind_of(request)
         name = check_name(request.match_info["name"], "destination")
         if kind == QUEUES:
             self.check_queue(name)

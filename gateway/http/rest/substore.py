@@ -60,7 +60,7 @@ class SubscriptionStore:
         if self.directory is not None:
             data = json.dumps({"name": name, "topic": topic}).encode()
             path = self._path(name)
-            await asyncio.get_running_loop().run_in_executor(None, _write, path, data)
+            await asyncio.get_running_loop().run_in_executor(None, write_durably, path, data)
         self.topics[name] = topic
 
     def discard(self, name: str) -> None:
@@ -71,7 +71,8 @@ class SubscriptionStore:
                 log.warning("REST subscription %s: record not removed: %s", name, e)
 
 
-def _write(path: Path, data: bytes) -> None:
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data``, on disk before this returns (never half-written)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "wb") as f:
@@ -94,4 +95,4 @@ def _read_all(directory: Path) -> list[tuple[Path, str, str]]:
     return out
 
 
-__all__ = ["DIRECTORY", "SubscriptionStore"]
+__all__ = ["DIRECTORY", "SubscriptionStore", "write_durably"]

@@ -48,14 +48,21 @@ def parse_xml(body: bytes, what: str) -> ET.Element:
         raise fail(web.HTTPBadRequest, f"malformed {what} XML: {e}") from None
 
 
-def xml_bool(el: ET.Element, tag: str, default: bool) -> bool:
+def xml_text(el: ET.Element, tag: str) -> str | None:
+    """The stripped text of the child ``tag``, or None when it is missing or blank."""
     child = el.find(tag)
-    if child is None or child.text is None or not child.text.strip():
+    if child is None or child.text is None:
+        return None
+    return child.text.strip() or None
+
+
+def xml_bool(el: ET.Element, tag: str, default: bool) -> bool:
+    text = xml_text(el, tag)
+    if text is None:
         return default
-    text = child.text.strip().lower()
-    if text not in ("true", "false"):
-        raise fail(web.HTTPBadRequest, f"<{tag}> must be true or false, got {child.text!r}")
-    return text == "true"
+    if text.lower() not in ("true", "false"):
+        raise fail(web.HTTPBadRequest, f"<{tag}> must be true or false, got {text!r}")
+    return text.lower() == "true"
 
 
-__all__ = ["MAX_XML", "parse_xml", "xml_bool"]
+__all__ = ["MAX_XML", "parse_xml", "xml_bool", "xml_text"]
