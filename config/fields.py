@@ -143,8 +143,9 @@ DottedPath = Annotated[str, _plain(_dotted_path)]
 
 
 def _password_hash(value: object) -> str:
-    parse_hash(_string(value))
-    return _string(value)
+    text = _string(value)
+    parse_hash(text)
+    return text
 
 
 Name = Annotated[str, _plain(_name)]  # divert, bridge, user and role names

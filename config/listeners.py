@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field, model_validator
 from config import defaults
 from config.errors import Problems
 from config.fields import (
+    HTTP_SCHEMES,
+    STREAM_SCHEMES,
     ConfigPath,
     Duration,
     Endpoint,
@@ -41,7 +43,7 @@ class TlsConfig(Section):
 class AcceptorConfig(Section):
     """One listener.  In TOML: a URL string, a table with ``url`` and more, or ``false``."""
 
-    schemes: ClassVar[tuple[str, ...]] = ("tcp", "tls")
+    schemes: ClassVar[tuple[str, ...]] = STREAM_SCHEMES
     tls_schemes: ClassVar[tuple[str, ...]] = ("tls", "https")
     enabled: bool = Field(default=True, description="false turns the listener off.")
     url: str = Field(description="Where to listen; port 0 picks a free port.")
@@ -230,7 +232,7 @@ class SockJsConfig(Section):
 
 
 class HttpAcceptor(AcceptorConfig):
-    schemes: ClassVar[tuple[str, ...]] = ("http", "https")
+    schemes: ClassVar[tuple[str, ...]] = HTTP_SCHEMES
     url: HttpListenUrl = Field(
         default=defaults.HTTP_URL,
         description="http://host:port: REST, WebSocket, tunnel and SockJS.",

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bridges.manager import BridgeManager
+from config.units import to_ms
 from core.divert import DivertError
 from core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
 from core.events import EventSink, JsonlEventLog
@@ -51,7 +52,7 @@ def engine_config(cfg: Config) -> EngineConfig:
     return EngineConfig(
         node_name=cfg.node.name,
         data_dir=Path(cfg.node.data_dir) if cfg.node.persistence else None,
-        address_settings={p: s.to_engine() for p, s in cfg.address_settings.items()},
+        address_settings=cfg.engine_address_settings(),
         queues=queues,
         topics=topics,
         diverts=[
@@ -91,10 +92,6 @@ def server_tls(tls: Any) -> ssl.SSLContext | None:
     return ctx
 
 
-def _ms(td: Any) -> int:
-    return int(td.total_seconds() * 1000)
-
-
 def stomp_options(st: StompAcceptor) -> StompOptions:
     """Session options from ``[acceptors.stomp]``; WebSocket and tunnel sessions share them."""
     return StompOptions(
@@ -104,9 +101,9 @@ def stomp_options(st: StompAcceptor) -> StompOptions:
             max_header_length=st.max_header_length,
             max_body_size=st.max_body_size,
         ),
-        heartbeat_send_ms=_ms(st.heartbeat_send),
-        heartbeat_receive_ms=_ms(st.heartbeat_receive),
-        heartbeat_min_ms=_ms(st.heartbeat_min),
+        heartbeat_send_ms=to_ms(st.heartbeat_send),
+        heartbeat_receive_ms=to_ms(st.heartbeat_receive),
+        heartbeat_min_ms=to_ms(st.heartbeat_min),
         connection_ttl=st.connection_ttl.total_seconds(),
     )
 
@@ -167,8 +164,7 @@ class Node:
             self.servers.append(server)
         if acc.http.enabled:
             ep = acc.http.endpoint
-            data_dir = Path(self.cfg.node.data_dir) if self.cfg.node.persistence else None
-            ctx = HttpContext(self.engine, acc.http, options, data_dir)
+            ctx = HttpContext(self.engine, acc.http, options, self.engine.config.data_dir)
             http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
             await http.start()
             self.servers.append(http)

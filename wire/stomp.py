@@ -559,8 +559,9 @@ def encode_message(
                 parts += ("\n", k, ":", v)
                 lines += 1
     extra_end = len(parts)
-    if (bool(body) if content_length is None else content_length) or b"\0" in body:
-        parts += ("\ncontent-length:", str(len(body)))
+    tail = _cl_tail(body, content_length)
+    if tail is not None:
+        parts.append(tail)
         lines += 1
     text = "".join(parts)
     if version not in _ESCAPERS or _needs_escape(text, lines, version):

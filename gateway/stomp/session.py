@@ -228,10 +228,7 @@ class StompSession:
         if rid is None:
             return
         tail = self._tail
-        if tail is None or tail.done():
-            if tail is not None and tail.exception() is not None:
-                self.fail("store failure", str(tail.exception()), rid)
-                return
+        if tail is None or (tail.done() and not tail.cancelled() and tail.exception() is None):
             self._tail = None
             self._write(encode_receipt(rid, self.version))
             return
@@ -250,7 +247,10 @@ class StompSession:
                     self._tail = None
                 self._write(encode_receipt(rid, self.version))
 
-        tail.add_done_callback(done)
+        if tail.done():  # failed or cancelled
+            done(tail)
+        else:
+            tail.add_done_callback(done)
 
     def fail(self, message: str, detail: str = "", receipt_id: str | None = None) -> None:
         """ERROR frame then close (the spec requires the close)."""
@@ -405,13 +405,10 @@ class StompSession:
         props: dict[str, PropertyValue] = {}
         special: list[str] = []
         for k, v in h.items():
-            if k in _CONTROL_HEADERS:
-                if k in _SEND_OPTIONS:
-                    special.append(k)
-            else:
+            if k not in _CONTROL_HEADERS:
                 props[k] = v
-                if k in _SEND_OPTIONS:
-                    special.append(k)
+            if k in _SEND_OPTIONS:
+                special.append(k)
         durable = h.get("persistent") == "true"
         priority = DEFAULT_PRIORITY
         expiration = 0
@@ -495,8 +492,6 @@ class StompSession:
         if ack == "auto":
             window = 0  # flow control comes from the socket (pause_writing)
         routing = routing or self.engine.resolve_routing(address)
-        if durable_name and routing != MULTICAST:
-            routing = MULTICAST if routing is None else routing
         security = self.engine.security
         if security.enabled:
             if routing == MULTICAST:

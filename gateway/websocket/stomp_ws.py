@@ -24,7 +24,6 @@ log = logging.getLogger("waystation.websocket")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 GONE_CHECK = 1.0  # seconds between looks at the socket while the session's input is held
-_SOCKETS = web.AppKey("stomp_ws_sockets", weakref.WeakSet[web.WebSocketResponse])
 
 
 def peer_of(request: web.Request) -> str:
@@ -90,7 +89,6 @@ async def finish(
 
 def setup(app: web.Application, ctx: HttpContext) -> None:
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
-    app[_SOCKETS] = sockets
     cfg = ctx.cfg.websocket
 
     async def handle(request: web.Request) -> web.StreamResponse:
