@@ -8,7 +8,6 @@ default).  Treat a loaded ``Config`` as read-only; reloading builds a new one.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -188,14 +187,8 @@ class Config(Section):
         return self._source
 
     def engine_address_settings(self) -> dict[str, AddressSettings]:
-        """``address_settings`` as the engine's types (durations in milliseconds), with
-        ``node.id_cache_size`` as the duplicate-id cache size wherever no pattern sets one."""
-        out = {pattern: s.to_engine() for pattern, s in self.address_settings.items()}
-        base = out.get(defaults.CATCH_ALL_PATTERN, AddressSettings())
-        if base.duplicate_cache_size is None:
-            size = self.node.id_cache_size
-            out[defaults.CATCH_ALL_PATTERN] = dataclasses.replace(base, duplicate_cache_size=size)
-        return out
+        """``address_settings`` as the engine's types (durations in milliseconds)."""
+        return {pattern: s.to_engine() for pattern, s in self.address_settings.items()}
 
     def warnings(self) -> list[str]:
         """Things that work but an operator should know about (plain passwords, open listeners)."""

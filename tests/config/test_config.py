@@ -722,18 +722,3 @@ def test_format_loc_and_key_lines() -> None:
     assert lines[("topics", 1, "subscriptions", 0, "name")] == 8
     assert lines[("address_settings", "x.#", "full_policy")] == 10
     assert ("address_settings", "x.#", "fake") not in lines
-
-
-def test_node_id_cache_size_sizes_duplicate_caches_unless_a_pattern_does():
-    from config.loader import parse_config
-
-    cfg = parse_config(
-        '[node]\nid_cache_size = 5\n[address_settings."orders.#"]\nduplicate_cache_size = 7\n'
-    )
-    settings = cfg.engine_address_settings()
-    assert settings["#"].duplicate_cache_size == 5
-    assert settings["orders.#"].duplicate_cache_size == 7
-    own = parse_config(
-        '[node]\nid_cache_size = 5\n[address_settings."#"]\nduplicate_cache_size = 9\n'
-    )
-    assert own.engine_address_settings()["#"].duplicate_cache_size == 9
