@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import shutil
 import uuid
@@ -24,7 +25,7 @@ from core.persistence import Persistence
 from core.postoffice import PostOffice, RoutingError
 from core.queue import ANYCAST, MULTICAST, Queue
 from core.security import SecurityManager
-from core.settings import AddressSettings, SettingsRepository
+from core.settings import DEFAULTS, AddressSettings, SettingsRepository
 from core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
 from core.transaction import Transaction, TransactionError
 
@@ -63,6 +64,7 @@ class EngineConfig:
     remote_nodes: set[str] = field(default_factory=set)
     wildcard_routing: bool = True
     expiry_scan_period: float = 1.0
+    duplicate_cache_size: int = DEFAULTS.duplicate_cache_size or 0  # where no pattern sets one
 
 
 @dataclass(slots=True)
@@ -87,7 +89,10 @@ class Engine:
         self.events = events
         self.security = security or SecurityManager()
         self.ids = IdGenerator()
-        self.settings = SettingsRepository(self.config.address_settings)
+        self.settings = SettingsRepository(
+            self.config.address_settings,
+            dataclasses.replace(DEFAULTS, duplicate_cache_size=self.config.duplicate_cache_size),
+        )
         self.persistence = Persistence(
             self.journal, enabled=not isinstance(self.journal, MemoryJournal), bindings=bindings
         )

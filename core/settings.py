@@ -105,8 +105,14 @@ class Resolved:
 class SettingsRepository:
     """Pattern -> AddressSettings, resolved per address with caching."""
 
-    def __init__(self, patterns: dict[str, AddressSettings] | None = None) -> None:
+    def __init__(
+        self,
+        patterns: dict[str, AddressSettings] | None = None,
+        defaults: AddressSettings = DEFAULTS,
+    ) -> None:
+        """``defaults``: what applies where no pattern says (DEFAULTS, or the node's own)."""
         self._patterns: dict[str, AddressSettings] = dict(patterns or {})
+        self._defaults = defaults
         self._cache: dict[str, Resolved] = {}
         self._refresh_flags()
 
@@ -125,7 +131,7 @@ class SettingsRepository:
         return self._expiry_delays
 
     def _refresh_flags(self) -> None:
-        pats = [*self._patterns.values(), DEFAULTS]
+        pats = [*self._patterns.values(), self._defaults]
         # conservative: settings merge across patterns, so each field is looked at on its own
         limited = any(p.max_size_bytes is not None and p.max_size_bytes >= 0 for p in pats)
         strict = any(
@@ -148,7 +154,7 @@ class SettingsRepository:
         merged = AddressSettings()
         for p in matching:
             merged = merged.merged_over(self._patterns[p])
-        merged = merged.merged_over(DEFAULTS)
+        merged = merged.merged_over(self._defaults)
         values = {f.name: getattr(merged, f.name) for f in fields(merged)}
         resolved = Resolved(**values)
         self._cache[address] = resolved

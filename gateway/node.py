@@ -62,6 +62,7 @@ def engine_config(cfg: Config) -> EngineConfig:
         remote_nodes=remote,
         wildcard_routing=cfg.node.wildcard_routing,
         expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
+        duplicate_cache_size=cfg.node.id_cache_size,
     )
 
 

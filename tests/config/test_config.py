@@ -722,3 +722,10 @@ def test_format_loc_and_key_lines() -> None:
     assert lines[("topics", 1, "subscriptions", 0, "name")] == 8
     assert lines[("address_settings", "x.#", "full_policy")] == 10
     assert ("address_settings", "x.#", "fake") not in lines
+
+
+def test_node_config_passes_id_cache_size_to_the_engine():
+    from config.loader import parse_config
+    from gateway.node import engine_config
+
+    assert engine_config(parse_config("[node]\nid_cache_size = 5\n")).duplicate_cache_size == 5

@@ -121,3 +121,23 @@ def test_memory_is_bounded_by_default():
     assert not SettingsRepository().has_size_limits()  # PAGE needs no per-send checks
     strict = SettingsRepository({"a.#": AddressSettings(full_policy=FullPolicy.BLOCK)})
     assert strict.has_size_limits()  # inherits the default limit with a blocking policy
+
+
+def test_the_node_default_duplicate_cache_size_applies_where_no_pattern_sets_one(run):
+    """``[node] id_cache_size`` reaches the engine as ``duplicate_cache_size``: the default
+    for every address, and a pattern's own value still wins."""
+    from enginekit import make_engine
+
+    from core.settings import AddressSettings
+
+    async def go():
+        eng = await make_engine(
+            None,
+            {"orders.#": AddressSettings(duplicate_cache_size=7)},
+            duplicate_cache_size=2,
+        )
+        assert eng.post.dup_cache("news").size == 2
+        assert eng.post.dup_cache("orders.eu").size == 7
+        await eng.stop()
+
+    run(go())
