@@ -58,7 +58,7 @@ from bridges.outgoing import send_frame
 from bridges.reasons import classify_error
 from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink
+from bridges.stomp_link import StompLink, error_text
 from core.consumer import Consumer, ConsumerError, Delivery
 from core.divert import Transformer, load_transformer
 from core.message import (
@@ -385,9 +385,8 @@ class CoreBridge(Redialing):
 
     def _on_error(self, frame: Frame) -> None:
         link = self._link
-        h = frame.headers
-        text = h.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
-        rid = h.get("receipt-id", "")
+        text = error_text(frame)
+        rid = frame.headers.get("receipt-id", "")
         entry: _Entry | None = None
         if rid.isdigit():
             entry = self._entries.get(int(rid))

@@ -34,7 +34,7 @@ from bridges.redial import (
     link_options,
 )
 from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink
+from bridges.stomp_link import StompLink, error_text
 from core.message import DEFAULT_PRIORITY, PropertyValue
 from wire.stomp import Frame
 
@@ -174,9 +174,7 @@ class ForeignInbound(Redialing):
     # -- messages -------------------------------------------------------------------------
     def _on_frame(self, link: StompLink, frame: Frame) -> None:
         if frame.command == "ERROR":
-            h = frame.headers
-            text = h.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
-            link.close(f"remote ERROR: {text}")
+            link.close(f"remote ERROR: {error_text(frame)}")
         elif frame.command == "MESSAGE":
             self._on_message(link, frame)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -12,8 +11,6 @@ from bridges.dial import Target
 
 if TYPE_CHECKING:
     from config.links import BridgeConfig
-
-log = logging.getLogger("waystation.bridge")
 
 SUPPORTED_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https")
 

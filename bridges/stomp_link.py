@@ -305,5 +305,10 @@ class StompLink:
             self.writer.transport.abort()
 
 
+def error_text(frame: Frame) -> str:
+    """What a remote ERROR frame says: its ``message`` header, else the start of its body."""
+    return frame.headers.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
+
+
 def _ignore(frame: Frame) -> None:
     return None

@@ -81,7 +81,7 @@ class _Http:
         self.base = base.rstrip("/")
         self.proxy = proxy
         self.auth_headers, self.proxy_headers = proxy_auth_headers(
-            proxy_auth, tunnelled=base.startswith("https:")
+            proxy_auth if proxy else None, tunnelled=base.startswith("https:")
         )
         self.ssl: ssl_mod.SSLContext | bool = ssl if ssl is not None else True
         self.retry_for = retry_for

@@ -33,7 +33,7 @@ from aiohttp.typedefs import Handler
 from gateway.http.sockjs import framing
 from gateway.http.sockjs.headers import JAVASCRIPT, cors, no_cache
 from gateway.http.sockjs.session import Sessions, SockJsSession
-from gateway.websocket.stomp_ws import peer_of
+from gateway.websocket.stomp_ws import client_gone, peer_of
 
 GONE_CHECK = 1.0  # seconds between looks at whether an idle request's client is still there
 CALLBACK = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -102,11 +102,6 @@ RECEIVERS = (
 )
 
 
-def _gone(request: web.Request) -> bool:
-    t = request.transport
-    return t is None or t.is_closing()
-
-
 async def next_frame(
     session: SockJsSession, request: web.Request, heartbeat: float | None, limit: int
 ) -> str | None:
@@ -115,7 +110,7 @@ async def next_frame(
     now = asyncio.get_running_loop().time
     deadline = now() + heartbeat if heartbeat else math.inf
     while True:
-        if _gone(request):  # before taking: what is taken must not go to a dead request
+        if client_gone(request):  # before taking: what is taken must not go to a dead request
             return None
         if link.pending:
             return framing.messages([link.take(limit).decode()])

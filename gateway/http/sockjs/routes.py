@@ -19,7 +19,7 @@ from aiohttp.typedefs import Handler
 
 from gateway.http.server import HttpContext
 from gateway.http.sockjs import receivers, senders, websocket
-from gateway.http.sockjs.headers import NO_CACHE, TEXT, cached_for_a_year, cors, options
+from gateway.http.sockjs.headers import TEXT, cached_for_a_year, no_cache, options
 from gateway.http.sockjs.session import Sessions
 
 _IFRAME = """<!DOCTYPE html>
@@ -53,8 +53,8 @@ async def info(request: web.Request) -> web.Response:
         "origins": ["*:*"],
         "entropy": secrets.randbits(32),
     }
-    h = {"Content-Type": "application/json; charset=UTF-8", "Cache-Control": NO_CACHE}
-    return web.Response(body=json.dumps(data).encode(), headers={**h, **cors(request)})
+    h = no_cache(request, "application/json; charset=UTF-8")
+    return web.Response(body=json.dumps(data).encode(), headers=h)
 
 
 def _iframe_handler(client_url: str) -> Handler:

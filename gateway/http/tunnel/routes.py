@@ -32,9 +32,7 @@ def _text(status: int, text: str, headers: dict[str, str] | None = None) -> web.
 class Routes:
     def __init__(self, registry: Registry) -> None:
         self.registry = registry
-        cfg = registry.ctx.cfg.tunnel
-        self.response_time = cfg.response_time.total_seconds()
-        self.max_request = cfg.max_request_size
+        self.max_request = registry.ctx.cfg.tunnel.max_request_size
 
     def add(self, app: web.Application, path: str) -> None:
         app.router.add_post(f"{path}/open", self.open)
@@ -52,6 +50,18 @@ class Routes:
         assert isinstance(found, TunnelSession)
         return found
 
+    def _session_at(
+        self, request: web.Request, param: str
+    ) -> tuple[TunnelSession, int] | web.Response:
+        """The session and the stream offset in query parameter ``param`` (or the answer)."""
+        found = self._session(request)
+        if isinstance(found, web.Response):
+            return found
+        try:
+            return found, parse_offset(request.query.get(param), param)
+        except ValueError as e:
+            return _text(400, str(e))
+
     async def open(self, request: web.Request) -> web.Response:
         protocol = request.query.get(PARAM_PROTOCOL)
         if protocol not in PROTOCOLS:
@@ -63,18 +73,15 @@ class Routes:
             limit = self.registry.max_sessions
             text = f"too many tunnel sessions (max_sessions = {limit}); try again later"
             return _text(503, text, {"Retry-After": "1"})
-        info = SessionInfo(session.sid, self.response_time, self.registry.session_timeout).to_json()
+        registry = self.registry
+        info = SessionInfo(session.sid, registry.response_time, registry.session_timeout).to_json()
         return web.json_response(info, status=201)
 
     async def up(self, request: web.Request) -> web.Response:
-        found = self._session(request)
+        found = self._session_at(request, PARAM_OFFSET)
         if isinstance(found, web.Response):
             return found
-        session = found
-        try:
-            offset = parse_offset(request.query.get(PARAM_OFFSET), PARAM_OFFSET)
-        except ValueError as e:
-            return _text(400, str(e))
+        session, offset = found
         session.begin()
         try:
             data = await read_body(request, self.max_request)
@@ -90,17 +97,13 @@ class Routes:
         return web.Response(status=200, headers={H_RECEIVED: str(received)})
 
     async def down(self, request: web.Request) -> web.Response:
-        found = self._session(request)
+        found = self._session_at(request, PARAM_ACK)
         if isinstance(found, web.Response):
             return found
-        session = found
-        try:
-            ack = parse_offset(request.query.get(PARAM_ACK), PARAM_ACK)
-        except ValueError as e:
-            return _text(400, str(e))
+        session, ack = found
         session.begin()
         try:
-            offset, body, closed = await session.down(ack, self.response_time)
+            offset, body, closed = await session.down(ack)
         except OffsetError as e:
             return _text(409, str(e), {H_SENT: str(e.expected)})
         finally:

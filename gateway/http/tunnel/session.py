@@ -105,7 +105,7 @@ class TunnelSession:
         return self.upstream.received
 
     # -- downstream -----------------------------------------------------------------------
-    async def down(self, ack: int, hold: float) -> tuple[int, bytes, bool]:
+    async def down(self, ack: int) -> tuple[int, bytes, bool]:
         """Answer a poll: (offset, body, closed).  Bytes before ``ack`` are released; when
         nothing waits the poll is held up to ``hold`` seconds.  A newer poll supersedes
         this one, which then answers empty.  OffsetError if ``ack`` is beyond what was sent."""
@@ -120,7 +120,7 @@ class TunnelSession:
                 return self.downstream.acked, b"", True
             waiter = asyncio.ensure_future(link.wait())
             try:
-                await asyncio.wait((waiter, wake), timeout=hold, return_when="FIRST_COMPLETED")
+                await asyncio.wait((waiter, wake), timeout=self.hold, return_when="FIRST_COMPLETED")
             finally:
                 waiter.cancel()
             if self._poll is not wake:  # superseded
