@@ -51,6 +51,7 @@ STOMP_PORT = 61613
 PEERS = ("activemq", "rabbitmq", "coilmq")
 TARGETS = ("waystation", *PEERS)
 RATE_KEYS = ("send_rate", "recv_rate", "e2e_rate", "single_rate", "ratio_vs_single")
+CPU_KEYS = ("broker_cpu_pct", "client_cpu_pct", "other_cpu_pct")
 
 
 # ------------------------------------------------------------------------------------------
@@ -569,7 +570,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Median / min / max of every metric over the clean runs (all runs if none is clean)."""
     good = [r for r in runs if complete(r)]
     out: dict[str, Any] = {"runs": len(runs), "complete": len(good)}
-    for k in (*RATE_KEYS, "broker_cpu_pct", "client_cpu_pct", "other_cpu_pct"):
+    for k in (*RATE_KEYS, *CPU_KEYS):
         vals = [r[k] for r in (good or runs) if isinstance(r.get(k), int | float)]
         if vals:
             out[k] = {
@@ -644,18 +645,7 @@ def measure(
 
 def brief(r: dict[str, Any]) -> str:
     """One progress line for a run."""
-    keys = (
-        "send_rate",
-        "recv_rate",
-        "e2e_rate",
-        "single_rate",
-        "ratio_vs_single",
-        "received",
-        "timed_out",
-        "broker_cpu_pct",
-        "client_cpu_pct",
-        "other_cpu_pct",
-    )
+    keys = (*RATE_KEYS, "received", "timed_out", *CPU_KEYS)
     s = " ".join(f"{k}={r[k]}" for k in keys if r.get(k) is not None)
     if r.get("error"):
         s += " ERROR: " + str(r["error"]).strip().splitlines()[-1][:300]

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
-import time
 from pathlib import Path
+
+from nodekit import free_port, wait_port
 
 ACTIVEMQ_HOME = Path("/usr/share/activemq")
 
@@ -50,12 +50,6 @@ _JVM = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def available() -> bool:
     return (ACTIVEMQ_HOME / "bin" / "activemq.jar").exists()
 
@@ -67,7 +61,6 @@ class ActiveMQ:
         self.base = base
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.ready_s = 0.0
         for d in ("conf", "data", "tmp"):
             (base / d).mkdir(parents=True, exist_ok=True)
         (base / "conf" / "activemq.xml").write_text(_XML.format(base=base, port=self.port))
@@ -91,26 +84,19 @@ class ActiveMQ:
             "start",
             f"xbean:file:{b / 'conf' / 'activemq.xml'}",
         ]
-        t0 = time.monotonic()
         with open(b / "console.log", "ab") as log:
             self.proc = subprocess.Popen(
                 cmd, cwd=b, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    break
-            except OSError:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(
-                        f"ActiveMQ exited with {self.proc.returncode}; see {b / 'console.log'}"
-                    ) from None
-                if time.monotonic() - t0 > timeout:
-                    self.stop()
-                    raise TimeoutError(f"ActiveMQ not listening after {timeout}s") from None
-                time.sleep(0.05)
-        self.ready_s = time.monotonic() - t0
-        return self.ready_s
+        try:
+            return wait_port(self.port, timeout, proc=self.proc)
+        except RuntimeError:
+            raise RuntimeError(
+                f"ActiveMQ exited with {self.proc.returncode}; see {b / 'console.log'}"
+            ) from None
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError(f"ActiveMQ not listening after {timeout}s") from None
 
     def stop(self, grace: float = 20.0, *, kill: bool = False) -> None:
         """SIGTERM (a clean shutdown), SIGKILL after ``grace`` seconds; ``kill``: SIGKILL now."""

@@ -48,15 +48,6 @@ def bridge_toml(name: str, remote: str, ports: Iterable[int], **options: object)
     return "\n" + "\n".join(lines) + "\n"
 
 
-def stomp_limits(node: NodeProcess, **limits: object) -> None:
-    """Add ``limits`` to the node's ``[acceptors.stomp]`` table."""
-    text = node.config_path.read_text()
-    line = f'url = "tcp://127.0.0.1:{node.stomp_port}"\n'
-    assert line in text
-    extra = "".join(f"{k} = {toml_value(v)}\n" for k, v in limits.items())
-    node.config_path.write_text(text.replace(line, line + extra, 1))
-
-
 @dataclass
 class Sites:
     a: NodeProcess
@@ -88,9 +79,8 @@ def two_sites(
     start: bool = True,
 ) -> Sites:
     """site-b, ``proxies`` WanProxies in front of it, and site-a bridged to them in order."""
-    b = NodeProcess(tmp / "site-b", extra_config=b_extra, name="site-b")
-    if b_limits:
-        stomp_limits(b, **b_limits)
+    limits = "".join(f"{k} = {toml_value(v)}\n" for k, v in (b_limits or {}).items())
+    b = NodeProcess(tmp / "site-b", extra_config=b_extra, name="site-b", stomp=limits)
     wan = [WanProxy(b.stomp_port).start() for _ in range(proxies)]
     a_cfg = bridge_toml("to-site-b", "site-b", [p.port for p in wan], **(bridge or {})) + a_extra
     a = NodeProcess(tmp / "site-a", extra_config=a_cfg, name="site-a")

@@ -12,6 +12,42 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# Users for the security tests: "app" (role rw) may do anything anywhere; "reader" (ro) and
+# "limited" (lim) get only what a test module's own [[permissions]] add for their roles.
+SECURITY_USERS = """
+[[users]]
+name = "app"
+password = "secret"
+roles = ["rw"]
+
+[[users]]
+name = "reader"
+password = "r"
+roles = ["ro"]
+
+[[users]]
+name = "limited"
+password = "l"
+roles = ["lim"]
+
+[[permissions]]
+match = "#"
+send = ["rw"]
+consume = ["rw"]
+browse = ["rw"]
+create_durable_queue = ["rw"]
+create_non_durable_queue = ["rw"]
+delete_durable_queue = ["rw"]
+delete_non_durable_queue = ["rw"]
+"""
+
+# An address whose sends block once 1 KiB is stored (for backpressure tests).
+BLOCKING = """
+[address_settings."blk.#"]
+max_size_bytes = "1KiB"
+full_policy = "BLOCK"
+"""
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -97,9 +133,13 @@ mqtt = false
             env=env,
         )
         log.close()
-        self.ready_seconds = wait_port(self.stomp_port, proc=self.proc)
-        if self.http_port:
-            wait_port(self.http_port, proc=self.proc)
+        try:
+            self.ready_seconds = wait_port(self.stomp_port, proc=self.proc)
+            if self.http_port:
+                wait_port(self.http_port, proc=self.proc)
+        except BaseException:
+            self.kill9()  # a node that never listened is not left running
+            raise
         return self
 
     @property

@@ -5,36 +5,13 @@ from __future__ import annotations
 
 import aiohttp
 import pytest
-from nodekit import NodeProcess
+from nodekit import SECURITY_USERS, NodeProcess
 from restkit import post, registration
 from stompkit import connect, unique
 
-USERS = """
-[[users]]
-name = "app"
-password = "secret"
-roles = ["rw"]
-
-[[users]]
-name = "reader"
-password = "r"
-roles = ["ro"]
-
-[[users]]
-name = "limited"
-password = "l"
-roles = ["lim"]
-
-[[permissions]]
-match = "#"
-send = ["rw"]
-consume = ["rw"]
-browse = ["rw"]
-create_durable_queue = ["rw"]
-create_non_durable_queue = ["rw"]
-delete_durable_queue = ["rw"]
-delete_non_durable_queue = ["rw"]
-
+USERS = (
+    SECURITY_USERS
+    + """
 [[permissions]]
 match = "shared.#"
 send = ["lim", "rw"]
@@ -47,6 +24,7 @@ delete_durable_queue = ["rw"]
 [[queues]]
 name = "shared.box"
 """
+)
 
 APP = {"Authorization": aiohttp.encode_basic_auth("app", "secret")}
 READER = {"Authorization": aiohttp.encode_basic_auth("reader", "r")}

@@ -10,16 +10,10 @@ import uuid
 
 import aiohttp
 import pytest
-from nodekit import NodeProcess
+from nodekit import BLOCKING, NodeProcess
 from stompkit import connect, unique
 from test_sockjs import Xhr, stomp
 from websockets.asyncio.client import connect as ws_connect
-
-BLOCKING = """
-[address_settings."blk.#"]
-max_size_bytes = "1KiB"
-full_policy = "BLOCK"
-"""
 
 
 @pytest.fixture(scope="module")

@@ -7,35 +7,12 @@ import socket
 import time
 
 import pytest
-from nodekit import NodeProcess, RawStomp, header
+from nodekit import SECURITY_USERS, NodeProcess, RawStomp, header
 from stompkit import connect, unique
 
-USERS = """
-[[users]]
-name = "app"
-password = "secret"
-roles = ["rw"]
-
-[[permissions]]
-match = "#"
-send = ["rw"]
-consume = ["rw"]
-browse = ["rw"]
-create_durable_queue = ["rw"]
-create_non_durable_queue = ["rw"]
-delete_durable_queue = ["rw"]
-delete_non_durable_queue = ["rw"]
-
-[[users]]
-name = "reader"
-password = "r"
-roles = ["ro"]
-
-[[users]]
-name = "limited"
-password = "l"
-roles = ["lim"]
-
+USERS = (
+    SECURITY_USERS
+    + """
 [[permissions]]
 match = "shared.#"
 send = ["lim", "rw"]
@@ -50,8 +27,8 @@ consume = ["rw"]
 
 [[queues]]
 name = "private.inbox"  # declared: consumers here may not create queues
-
 """
+)
 
 STOMP_LIMITS = """
 max_frame_size = "40KiB"

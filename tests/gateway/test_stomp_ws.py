@@ -9,19 +9,13 @@ import socket
 import time
 
 import pytest
-from nodekit import NodeProcess
+from nodekit import BLOCKING, NodeProcess
 from stompkit import connect, unique
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
 from gateway.queued_link import QueuedLink
-
-BLOCKING = """
-[address_settings."blk.#"]
-max_size_bytes = "1KiB"
-full_policy = "BLOCK"
-"""
 
 
 @pytest.fixture(scope="module")

@@ -13,19 +13,18 @@ import pytest
 from nodekit import NodeProcess
 from stompkit import unique
 from test_stomp_tls import self_signed
-from tunnelkit import AsyncStomp, RawTunnel, stomp_bytes
+from tunnelkit import (
+    CONNECT,
+    HTTP,
+    RESPONSE_TIME,
+    SESSION_TIMEOUT,
+    AsyncStomp,
+    RawTunnel,
+    stomp_bytes,
+)
 
 from client.tunnel import TunnelError, open_tunnel_connection
 from wire.stomp import Frame, StompParser, encode_frame
-
-RESPONSE_TIME = 1.0
-SESSION_TIMEOUT = 2.0
-HTTP = f"""
-[acceptors.http.tunnel]
-response_time = "{RESPONSE_TIME}s"
-session_timeout = "{SESSION_TIMEOUT}s"
-"""
-CONNECT = encode_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
 
 
 @pytest.fixture(scope="module")

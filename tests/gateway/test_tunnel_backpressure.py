@@ -10,25 +10,18 @@ import time
 import aiohttp
 import pytest
 from httpfaults import HttpFaults
-from nodekit import NodeProcess
+from nodekit import BLOCKING, NodeProcess
 from stompkit import connect, unique
-from tunnelkit import AsyncStomp, RawTunnel, stomp_bytes
+from tunnelkit import (
+    CONNECT,
+    HTTP,
+    RESPONSE_TIME,
+    SESSION_TIMEOUT,
+    AsyncStomp,
+    RawTunnel,
+    stomp_bytes,
+)
 
-from wire.stomp import encode_frame
-
-RESPONSE_TIME = 1.0
-SESSION_TIMEOUT = 2.0
-HTTP = f"""
-[acceptors.http.tunnel]
-response_time = "{RESPONSE_TIME}s"
-session_timeout = "{SESSION_TIMEOUT}s"
-"""
-BLOCKING = """
-[address_settings."blk.#"]
-max_size_bytes = "1KiB"
-full_policy = "BLOCK"
-"""
-CONNECT = encode_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
 SLICE = 64 * 1024  # what the server feeds per loop turn
 
 

@@ -10,6 +10,16 @@ import aiohttp
 from client.tunnel import open_tunnel_connection
 from wire.stomp import Frame, StompParser, encode_frame
 
+# Short tunnel timings for tests: ``HTTP`` goes to NodeProcess(http=...).
+RESPONSE_TIME = 1.0
+SESSION_TIMEOUT = 2.0
+HTTP = f"""
+[acceptors.http.tunnel]
+response_time = "{RESPONSE_TIME}s"
+session_timeout = "{SESSION_TIMEOUT}s"
+"""
+CONNECT = encode_frame("CONNECT", {"accept-version": "1.2", "host": "localhost"})
+
 
 class AsyncStomp:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -114,4 +124,12 @@ class RawTunnel:
             return r.status, dict(r.headers), await r.read()
 
 
-__all__ = ["AsyncStomp", "RawTunnel", "stomp_bytes"]
+__all__ = [
+    "CONNECT",
+    "HTTP",
+    "RESPONSE_TIME",
+    "SESSION_TIMEOUT",
+    "AsyncStomp",
+    "RawTunnel",
+    "stomp_bytes",
+]
