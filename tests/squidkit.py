@@ -26,7 +26,7 @@ def ensure_squid() -> str:
         subprocess.run(
             ["apt-get", "install", "-y", "squid"],
             check=True,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
+            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive", "RUNLEVEL": "1"},  # no service
             capture_output=True,
         )
     return SQUID

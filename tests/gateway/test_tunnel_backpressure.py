@@ -35,9 +35,11 @@ def node(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def big_node(tmp_path_factory):
-    """Large upstream bodies allowed, few sessions."""
+    """Large upstream bodies allowed, few sessions; a POST may take its time being fed on a
+    loaded machine (a held POST answers after response_time with the offset reached)."""
+    tunnel = '[acceptors.http.tunnel]\nresponse_time = "10s"\nsession_timeout = "20s"\n'
     extra = 'max_request_size = "8MiB"\nmax_sessions = 4\n'
-    n = NodeProcess(tmp_path_factory.mktemp("tunnel-big"), http=HTTP + extra).start()
+    n = NodeProcess(tmp_path_factory.mktemp("tunnel-big"), http=tunnel + extra).start()
     yield n
     n.stop()
 
