@@ -9,7 +9,7 @@ synchronous persistent scenario), stops the broker and prints Markdown tables.
   python bench/stomp_bench.py --targets waystation,rabbitmq,activemq,coilmq --json out.json
   python bench/stomp_bench.py --targets rabbitmq --quick          # smoke run, small N
 
-Targets: ``waystation`` (spawned here: ``python -m gateway.cli run [CONFIG]`` in a fresh temp
+Targets: ``waystation`` (spawned here: ``python -m waystation.gateway.cli run [CONFIG]`` in a fresh temp
 dir) and ``activemq``, ``rabbitmq``, ``coilmq`` (``brokers.sh start|stop NAME``; they all
 use port 61613, so they run one after another). Only 127.0.0.1 is ever contacted.
 """
@@ -339,7 +339,7 @@ class PeerBroker(Broker):
 
 
 class WaystationBroker(Broker):
-    """A Waystation node: ``python -m gateway.cli run [CONFIG]`` in a fresh temp working dir."""
+    """A Waystation node: ``python -m waystation.gateway.cli run [CONFIG]`` in a fresh temp working dir."""
 
     name = "waystation"
 
@@ -359,7 +359,7 @@ class WaystationBroker(Broker):
 
     def command(self) -> list[str]:
         """The spawn command line."""
-        return [self.python, "-m", "gateway.cli", "run", *([self.config] if self.config else [])]
+        return [self.python, "-m", "waystation.gateway.cli", "run", *([self.config] if self.config else [])]
 
     def _log_tail(self, lines: int = 25) -> str:
         if not self.workdir:
@@ -1186,7 +1186,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--port", type=int, default=STOMP_PORT, help="STOMP port (peers always use 61613)"
     )
-    ap.add_argument("--config", help="waystation: config file passed to `gateway.cli run`")
+    ap.add_argument("--config", help="waystation: config file passed to `waystation.gateway.cli run`")
     ap.add_argument(
         "--keep-data", action="store_true", help="waystation: keep the temp working dir"
     )

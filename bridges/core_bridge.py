@@ -53,25 +53,25 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from bridges.dial import Target
-from bridges.outgoing import send_frame
-from bridges.reasons import classify_error
-from bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
-from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink, error_text
-from core.consumer import Consumer, ConsumerError, Delivery
-from core.divert import Transformer, load_transformer
-from core.message import (
+from waystation.bridges.dial import Target
+from waystation.bridges.outgoing import send_frame
+from waystation.bridges.reasons import classify_error
+from waystation.bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
+from waystation.bridges.spec import BridgeSpec
+from waystation.bridges.stomp_link import StompLink, error_text
+from waystation.core.consumer import Consumer, ConsumerError, Delivery
+from waystation.core.divert import Transformer, load_transformer
+from waystation.core.message import (
     Message,
     now_ms,
 )
-from core.queue import ANYCAST
-from core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
-from core.settings import AddressSettings
-from wire.stomp import Frame
+from waystation.core.queue import ANYCAST
+from waystation.core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
+from waystation.core.settings import AddressSettings
+from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
-    from core.engine import Engine, Subscription
+    from waystation.core.engine import Engine, Subscription
 
 log = logging.getLogger("waystation.bridge")
 

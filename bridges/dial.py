@@ -10,9 +10,9 @@ import asyncio
 import ssl
 from dataclasses import dataclass
 
-from bridges.proxy import open_tunnel
-from client.tunnel import open_tunnel_connection
-from client.websocket import open_websocket_connection
+from waystation.bridges.proxy import open_tunnel
+from waystation.client.tunnel import open_tunnel_connection
+from waystation.client.websocket import open_websocket_connection
 
 READ_CHUNK = 256 * 1024
 TLS_SCHEMES = ("tls", "wss", "https")

@@ -22,9 +22,9 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from bridges.core_bridge import CoreBridge, _iso
-from bridges.dial import Target
-from bridges.redial import (
+from waystation.bridges.core_bridge import CoreBridge, _iso
+from waystation.bridges.dial import Target
+from waystation.bridges.redial import (
     CONNECTED,
     CONNECTING,
     RETRYING,
@@ -33,13 +33,13 @@ from bridges.redial import (
     describe,
     link_options,
 )
-from bridges.spec import BridgeSpec
-from bridges.stomp_link import StompLink, error_text
-from core.message import DEFAULT_PRIORITY, PropertyValue
-from wire.stomp import Frame
+from waystation.bridges.spec import BridgeSpec
+from waystation.bridges.stomp_link import StompLink, error_text
+from waystation.core.message import DEFAULT_PRIORITY, PropertyValue
+from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
-    from core.engine import Engine
+    from waystation.core.engine import Engine
 
 log = logging.getLogger("waystation.bridge")
 

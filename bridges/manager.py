@@ -5,13 +5,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from bridges.core_bridge import CoreBridge
-from bridges.foreign import ForeignInbound, ForeignStompBridge
-from bridges.spec import spec_from_config
+from waystation.bridges.core_bridge import CoreBridge
+from waystation.bridges.foreign import ForeignInbound, ForeignStompBridge
+from waystation.bridges.spec import spec_from_config
 
 if TYPE_CHECKING:
-    from config.links import BridgeConfig
-    from core.engine import Engine
+    from waystation.config.links import BridgeConfig
+    from waystation.core.engine import Engine
 
 log = logging.getLogger("waystation.bridge")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.message import (
+from waystation.core.message import (
     DEFAULT_PRIORITY,
     DUPLICATE_ID,
     ORIGINAL_ADDRESS,
@@ -10,7 +10,7 @@ from core.message import (
     Message,
     property_text,
 )
-from wire.stomp import encode_frame
+from waystation.wire.stomp import encode_frame
 
 # A user's own duplicate id travels on under this name (the bridge's id takes _WS_DUPL_ID).
 SOURCE_DUPLICATE_ID = "_WS_SRC_DUPL_ID"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from client.proxyauth import basic_proxy_authorization
+from waystation.client.proxyauth import basic_proxy_authorization
 
 MAX_RESPONSE_HEAD = 16 * 1024
 

@@ -8,7 +8,7 @@ the phrases below cover Waystation's own errors and the usual wording of other S
 
 from __future__ import annotations
 
-from core.reasons import (
+from waystation.core.reasons import (
     INVALID_REMOTE_DESTINATION,
     MESSAGE_TOO_LARGE,
     REMOTE_AUTHENTICATION,

@@ -7,10 +7,10 @@ import asyncio
 import logging
 import time
 
-from bridges.dial import Target
-from bridges.reasons import is_authentication_failure
-from bridges.spec import BridgeSpec
-from bridges.stomp_link import ConnectRefused, LinkOptions, StompLink
+from waystation.bridges.dial import Target
+from waystation.bridges.reasons import is_authentication_failure
+from waystation.bridges.spec import BridgeSpec
+from waystation.bridges.stomp_link import ConnectRefused, LinkOptions, StompLink
 
 log = logging.getLogger("waystation.bridge")
 

@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from bridges.backoff import RetryPolicy
-from bridges.dial import Target
+from waystation.bridges.backoff import RetryPolicy
+from waystation.bridges.dial import Target
 
 if TYPE_CHECKING:
-    from config.links import BridgeConfig
+    from waystation.config.links import BridgeConfig
 
 SUPPORTED_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https")
 

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bridges.dial import READ_CHUNK, Target, dial
-from wire.stomp import (
+from waystation.bridges.dial import READ_CHUNK, Target, dial
+from waystation.wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
     Limits,

@@ -4,6 +4,6 @@
 tunnel, optionally via a forward proxy that allows neither CONNECT nor WebSocket.
 """
 
-from client.tunnel import TunnelError, open_tunnel_connection
+from waystation.client.tunnel import TunnelError, open_tunnel_connection
 
 __all__ = ["TunnelError", "open_tunnel_connection"]

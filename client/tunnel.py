@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from client.proxyauth import proxy_auth_headers
-from wire.tunnel import (
+from waystation.client.proxyauth import proxy_auth_headers
+from waystation.wire.tunnel import (
     CONTENT_TYPE,
     H_CLOSED,
     H_OFFSET,

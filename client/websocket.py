@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 from aiohttp import WSMsgType
 
-from client.proxyauth import proxy_auth_headers
+from waystation.client.proxyauth import proxy_auth_headers
 
 STOMP_SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 READ_LIMIT = 256 * 1024

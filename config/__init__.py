@@ -1,6 +1,6 @@
 """Waystation configuration: TOML files validated into ``Config`` (see ``config.schema``).
 
-    from config import load_config, ConfigError
+    from waystation.config import load_config, ConfigError
     cfg = load_config("site.toml")      # or None for the embedded default
     cfg.node.name, cfg.acceptors.enabled(), cfg.engine_address_settings()
 
@@ -9,10 +9,10 @@
 
 from __future__ import annotations
 
-from config.errors import ConfigError
-from config.loader import default_config, load_config, parse_config
-from config.passwords import hash_password, verify_password
-from config.schema import Config
+from waystation.config.errors import ConfigError
+from waystation.config.loader import default_config, load_config, parse_config
+from waystation.config.passwords import hash_password, verify_password
+from waystation.config.schema import Config
 
 __all__ = [
     "Config",

@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from config import defaults
-from config.errors import Loc, describe, format_loc
-from config.fields import Endpoint
-from config.routing import QueueConfig
-from config.security import PERMISSIONS
-from core.address import matches, split_remote
+from waystation.config import defaults
+from waystation.config.errors import Loc, describe, format_loc
+from waystation.config.fields import Endpoint
+from waystation.config.routing import QueueConfig
+from waystation.config.security import PERMISSIONS
+from waystation.core.address import matches, split_remote
 
 if TYPE_CHECKING:
-    from config.routing import DivertConfig
-    from config.schema import Config
+    from waystation.config.routing import DivertConfig
+    from waystation.config.schema import Config
 
 Problem = tuple[Loc, str]
 
@@ -165,7 +165,7 @@ def warnings(config: Config) -> list[str]:
             out.append(
                 (
                     ("users", i, "password"),
-                    "plain-text password; prefer password_hash (python -m config.passwords)",
+                    "plain-text password; prefer password_hash (python -m waystation.config.passwords)",
                 )
             )
     if not config.security.enabled:

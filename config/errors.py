@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from config.locate import key_lines
-from config.units import describe_value
+from waystation.config.locate import key_lines
+from waystation.config.units import describe_value
 
 Loc = tuple[str | int, ...]
 

@@ -18,11 +18,11 @@ from urllib.parse import SplitResult, unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationInfo
 
-from config.passwords import parse_hash
-from config.units import describe_value, parse_duration, parse_size
-from core.address import NODE_SEPARATOR, InvalidAddress, validate_name
-from core.filter import FilterError, compile_filter
-from core.settings import FullPolicy
+from waystation.config.passwords import parse_hash
+from waystation.config.units import describe_value, parse_duration, parse_size
+from waystation.core.address import NODE_SEPARATOR, InvalidAddress, validate_name
+from waystation.core.filter import FilterError, compile_filter
+from waystation.core.settings import FullPolicy
 
 
 class Section(BaseModel):

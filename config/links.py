@@ -7,9 +7,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from config import defaults
-from config.errors import Loc, Problems
-from config.fields import (
+from waystation.config import defaults
+from waystation.config.errors import Loc, Problems
+from waystation.config.fields import (
     BRIDGE_SCHEMES,
     AddressName,
     BridgeUrl,
@@ -26,7 +26,7 @@ from config.fields import (
     node_name,
     parse_url,
 )
-from config.units import duration, format_duration
+from waystation.config.units import duration, format_duration
 
 
 class BridgeConfig(Section):

@@ -6,9 +6,9 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
 
-from config import defaults
-from config.errors import Problems
-from config.fields import (
+from waystation.config import defaults
+from waystation.config.errors import Problems
+from waystation.config.fields import (
     HTTP_SCHEMES,
     STREAM_SCHEMES,
     ConfigPath,
@@ -20,7 +20,7 @@ from config.fields import (
     StreamListenUrl,
     parse_url,
 )
-from config.units import duration, size
+from waystation.config.units import duration, size
 
 
 class TlsConfig(Section):

@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from config.errors import ConfigError, Loc, describe, from_validation_error
-from config.schema import Config
+from waystation.config.errors import ConfigError, Loc, describe, from_validation_error
+from waystation.config.schema import Config
 
 _REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")

@@ -1,7 +1,7 @@
 """Password hashes for ``[[users]]``: PBKDF2-HMAC-SHA256 in a self-describing string.
 
 Format: ``pbkdf2_sha256$<iterations>$<salt, base64>$<hash, base64>`` (standard base64 with
-padding).  Make one with ``python -m config.passwords`` (prompts, prints the hash).
+padding).  Make one with ``python -m waystation.config.passwords`` (prompts, prints the hash).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def parse_hash(stored: str) -> PasswordHash:
     if len(parts) != 4 or parts[0] != SCHEME:
         raise ValueError(
             f"expected a hash of the form '{SCHEME}$<iterations>$<salt_b64>$<hash_b64>' "
-            "(make one with `python -m config.passwords`)"
+            "(make one with `python -m waystation.config.passwords`)"
         )
     _, iterations_text, salt_text, digest_text = parts
     if not iterations_text.isdigit() or int(iterations_text) < MIN_ITERATIONS:

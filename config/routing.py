@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from config.fields import (
+from waystation.config.fields import (
     AddressName,
     AddressPattern,
     DottedPath,
@@ -24,9 +24,9 @@ from config.fields import (
     address_name,
     choice,
 )
-from config.units import to_ms
-from core.address import split_remote
-from core.settings import AddressSettings
+from waystation.config.units import to_ms
+from waystation.core.address import split_remote
+from waystation.core.settings import AddressSettings
 
 
 def _is_address(value: object) -> bool:

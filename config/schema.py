@@ -13,9 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, model_validator
 
-from config import checks, defaults
-from config.errors import Problems
-from config.fields import (
+from waystation.config import checks, defaults
+from waystation.config.errors import Problems
+from waystation.config.fields import (
     AddressPattern,
     ConfigPath,
     Duration,
@@ -25,8 +25,8 @@ from config.fields import (
     Size,
     choice,
 )
-from config.links import BridgeConfig
-from config.listeners import (
+from waystation.config.links import BridgeConfig
+from waystation.config.listeners import (
     AcceptorConfig,
     AcceptorsConfig,
     AmqpAcceptor,
@@ -35,16 +35,16 @@ from config.listeners import (
     StompAcceptor,
     TlsConfig,
 )
-from config.routing import (
+from waystation.config.routing import (
     AddressSettingsConfig,
     DivertConfig,
     QueueConfig,
     SubscriptionConfig,
     TopicConfig,
 )
-from config.security import PERMISSIONS, PermissionConfig, SecurityConfig, UserConfig
-from config.units import duration, size
-from core.settings import AddressSettings
+from waystation.config.security import PERMISSIONS, PermissionConfig, SecurityConfig, UserConfig
+from waystation.config.units import duration, size
+from waystation.core.settings import AddressSettings
 
 # --- [node] ----------------------------------------------------------------------------------
 

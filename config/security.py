@@ -10,9 +10,9 @@ import hmac
 
 from pydantic import Field, model_validator
 
-from config.errors import Problems
-from config.fields import AddressPattern, Name, PasswordHashText, Section
-from config.passwords import verify_password
+from waystation.config.errors import Problems
+from waystation.config.fields import AddressPattern, Name, PasswordHashText, Section
+from waystation.config.passwords import verify_password
 
 PERMISSIONS = (
     "send",
@@ -35,7 +35,7 @@ class UserConfig(Section):
     )
     password_hash: PasswordHashText | None = Field(
         default=None,
-        description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m config.passwords).",
+        description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m waystation.config.passwords).",
     )
     roles: list[Name] = Field(default_factory=list, description="Roles granted to this user.")
 

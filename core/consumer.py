@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Protocol
 
-from core.filter import Filter
-from core.message import Message
+from waystation.core.filter import Filter
+from waystation.core.message import Message
 
 if TYPE_CHECKING:
-    from core.queue import Queue
-    from core.transaction import Transaction
+    from waystation.core.queue import Queue
+    from waystation.core.transaction import Transaction
 
 
 class MessageRef:

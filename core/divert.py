@@ -11,9 +11,9 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from core.address import matches, split_remote
-from core.filter import Filter
-from core.message import DIVERT_PATH, Message
+from waystation.core.address import matches, split_remote
+from waystation.core.filter import Filter
+from waystation.core.message import DIVERT_PATH, Message
 
 Transformer = Callable[[Message], Message]
 

@@ -16,18 +16,18 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.consumer import Consumer, DeliveryHandler, MessageRef
-from core.divert import Divert, load_transformer
-from core.events import EventSink
-from core.filter import compile_filter
-from core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
-from core.persistence import Persistence
-from core.postoffice import PostOffice, RoutingError
-from core.queue import ANYCAST, MULTICAST, Queue
-from core.security import SecurityManager
-from core.settings import DEFAULTS, AddressSettings, SettingsRepository
-from core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
-from core.transaction import Transaction, TransactionError
+from waystation.core.consumer import Consumer, DeliveryHandler, MessageRef
+from waystation.core.divert import Divert, load_transformer
+from waystation.core.events import EventSink
+from waystation.core.filter import compile_filter
+from waystation.core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
+from waystation.core.persistence import Persistence
+from waystation.core.postoffice import PostOffice, RoutingError
+from waystation.core.queue import ANYCAST, MULTICAST, Queue
+from waystation.core.security import SecurityManager
+from waystation.core.settings import DEFAULTS, AddressSettings, SettingsRepository
+from waystation.core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
+from waystation.core.transaction import Transaction, TransactionError
 
 log = logging.getLogger("waystation.engine")
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-from core.message import Message
-from core.store.api import Journal, Op, RecoveryReport, delete, put
+from waystation.core.message import Message
+from waystation.core.store.api import Journal, Op, RecoveryReport, delete, put
 
 log = logging.getLogger("waystation.persistence")
 

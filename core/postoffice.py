@@ -14,13 +14,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from core.address import is_wildcard, matches, split_remote, validate_name
-from core.consumer import MessageRef
-from core.divert import Divert, DivertError, find_loop
-from core.duplicates import DuplicateCache
-from core.events import EventSink
-from core.filter import compile_filter
-from core.message import (
+from waystation.core.address import is_wildcard, matches, split_remote, validate_name
+from waystation.core.consumer import MessageRef
+from waystation.core.divert import Divert, DivertError, find_loop
+from waystation.core.duplicates import DuplicateCache
+from waystation.core.events import EventSink
+from waystation.core.filter import compile_filter
+from waystation.core.message import (
     ACTUAL_EXPIRY,
     DEAD_LETTER_DETAIL,
     DEAD_LETTER_REASON,
@@ -31,11 +31,11 @@ from core.message import (
     Message,
     now_ms,
 )
-from core.persistence import Persistence, QueueRecord
-from core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
-from core.reasons import ADDRESS_FULL, EXPIRED, MAX_DELIVERIES, NO_ROUTE, UNKNOWN_NODE
-from core.settings import FullPolicy, Resolved, SettingsRepository
-from core.store.api import Op, delete
+from waystation.core.persistence import Persistence, QueueRecord
+from waystation.core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
+from waystation.core.reasons import ADDRESS_FULL, EXPIRED, MAX_DELIVERIES, NO_ROUTE, UNKNOWN_NODE
+from waystation.core.settings import FullPolicy, Resolved, SettingsRepository
+from waystation.core.store.api import Op, delete
 
 log = logging.getLogger("waystation.postoffice")
 

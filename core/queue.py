@@ -20,15 +20,15 @@ from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 
-from core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
-from core.filter import Filter
-from core.message import GROUP_ID, Message, now_ms
-from core.reasons import MAX_DELIVERIES
-from core.settings import Resolved
+from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
+from waystation.core.filter import Filter
+from waystation.core.message import GROUP_ID, Message, now_ms
+from waystation.core.reasons import MAX_DELIVERIES
+from waystation.core.settings import Resolved
 
 if TYPE_CHECKING:
-    from core.store.spill import SpillFile
-    from core.transaction import Transaction
+    from waystation.core.store.spill import SpillFile
+    from waystation.core.transaction import Transaction
 
 log = logging.getLogger("waystation.queue")
 
@@ -195,7 +195,7 @@ class Queue:
     # -- paging ---------------------------------------------------------------------------
     def _spill_ref(self, ref: MessageRef) -> None:
         if self._spill is None:
-            from core.store.spill import SpillFile  # paging is rare: load on first use
+            from waystation.core.store.spill import SpillFile  # paging is rare: load on first use
 
             path = self.ctx.spill_dir(self)
             self._spill = SpillFile(path)

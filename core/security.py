@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from core.address import matches, specificity
+from waystation.core.address import matches, specificity
 
 
 class Permission(StrEnum):

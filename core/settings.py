@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from enum import StrEnum
 
-from core.address import matches, specificity
+from waystation.core.address import matches, specificity
 
 
 class FullPolicy(StrEnum):

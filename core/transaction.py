@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from core.message import Message
+from waystation.core.message import Message
 
 if TYPE_CHECKING:
-    from core.consumer import MessageRef
+    from waystation.core.consumer import MessageRef
 
 
 class TransactionError(Exception):

@@ -29,7 +29,7 @@ def _setup_logging(level: str) -> None:
 
 
 def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
-    from config import ConfigError, load_config
+    from waystation.config import ConfigError, load_config
 
     try:
         return load_config(path)
@@ -39,7 +39,7 @@ def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
 
 
 async def _serve(cfg) -> int:  # noqa: ANN001
-    from gateway.node import Node, NodeError
+    from waystation.gateway.node import Node, NodeError
 
     try:
         node = Node(cfg)

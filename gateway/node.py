@@ -13,23 +13,23 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bridges.manager import BridgeManager
-from config.units import to_ms
-from core.divert import DivertError
-from core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
-from core.events import EventSink, JsonlEventLog
-from core.queue import MULTICAST
-from core.security import Permission, SecurityManager, User
-from core.store.api import Journal
-from core.store.journal import FileJournal
-from gateway.http.server import HttpContext, HttpServer
-from gateway.stomp.server import StompServer
-from gateway.stomp.session import StompOptions
-from wire.stomp import Limits
+from waystation.bridges.manager import BridgeManager
+from waystation.config.units import to_ms
+from waystation.core.divert import DivertError
+from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
+from waystation.core.events import EventSink, JsonlEventLog
+from waystation.core.queue import MULTICAST
+from waystation.core.security import Permission, SecurityManager, User
+from waystation.core.store.api import Journal
+from waystation.core.store.journal import FileJournal
+from waystation.gateway.http.server import HttpContext, HttpServer
+from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.session import StompOptions
+from waystation.wire.stomp import Limits
 
 if TYPE_CHECKING:
-    from config.listeners import StompAcceptor
-    from config.schema import Config
+    from waystation.config.listeners import StompAcceptor
+    from waystation.config.schema import Config
 
 log = logging.getLogger("waystation.node")
 

@@ -25,8 +25,8 @@ Choices beyond the JMS text, so callers are not surprised:
 * Limits: 8192 characters and nesting depth 100, both reported as FilterError.
 """
 
-from core.filter.errors import FilterError
-from core.filter.parser import MAX_DEPTH
-from core.filter.selector import MAX_FILTER_LENGTH, Filter, compile_filter
+from waystation.core.filter.errors import FilterError
+from waystation.core.filter.parser import MAX_DEPTH
+from waystation.core.filter.selector import MAX_FILTER_LENGTH, Filter, compile_filter
 
 __all__ = ["MAX_DEPTH", "MAX_FILTER_LENGTH", "Filter", "FilterError", "compile_filter"]

@@ -13,8 +13,8 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from core.filter.like import compile_like
-from core.filter.nodes import (
+from waystation.core.filter.like import compile_like
+from waystation.core.filter.nodes import (
     And,
     Arith,
     Between,
@@ -30,7 +30,7 @@ from core.filter.nodes import (
     Or,
     Unary,
 )
-from core.filter.values import ARITHMETIC, NUM, STR, and3, compare, kind_of, not3
+from waystation.core.filter.values import ARITHMETIC, NUM, STR, and3, compare, kind_of, not3
 
 Props = Mapping[str, object]
 Eval = Callable[[Props, Any], Any]

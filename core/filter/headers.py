@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from core.message import Message
+from waystation.core.message import Message
 
 HeaderGetter = Callable[[Message], object]
 

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
-from core.filter.errors import FilterError
+from waystation.core.filter.errors import FilterError
 
 KEYWORDS = frozenset(
     {"NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE"}

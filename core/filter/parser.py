@@ -10,10 +10,10 @@ evaluate with plain recursion.  AND/OR and arithmetic chains are flattened, so a
 
 from __future__ import annotations
 
-from core.filter.errors import FilterError
-from core.filter.lexer import T, Token, tokenize
-from core.filter.like import LikeError, compile_like
-from core.filter.nodes import (
+from waystation.core.filter.errors import FilterError
+from waystation.core.filter.lexer import T, Token, tokenize
+from waystation.core.filter.like import LikeError, compile_like
+from waystation.core.filter.nodes import (
     And,
     Arith,
     Between,

@@ -6,12 +6,12 @@ import logging
 from collections.abc import Mapping
 from functools import lru_cache
 
-from core.filter.errors import FilterError
-from core.filter.evaluator import Eval, compile_node
-from core.filter.headers import message_header, no_header
-from core.filter.nodes import Node
-from core.filter.parser import parse
-from core.message import Message
+from waystation.core.filter.errors import FilterError
+from waystation.core.filter.evaluator import Eval, compile_node
+from waystation.core.filter.headers import message_header, no_header
+from waystation.core.filter.nodes import Node
+from waystation.core.filter.parser import parse
+from waystation.core.message import Message
 
 MAX_FILTER_LENGTH = 8192  # characters; anything longer is refused, not parsed
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 
-from core.store.api import PUT, Record
-from core.store.files import Layout
-from core.store.recovery import replay_file
-from core.store.segment import (
+from waystation.core.store.api import PUT, Record
+from waystation.core.store.files import Layout
+from waystation.core.store.recovery import replay_file
+from waystation.core.store.segment import (
     BATCH_HDR,
     HEADER_SIZE,
     KIND_DATA,

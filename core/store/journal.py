@@ -24,11 +24,11 @@ from collections import deque
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.store.api import PUT, Op, Recovered, StoreError
-from core.store.files import Layout
-from core.store.index import FileInfo, LiveIndex
-from core.store.recovery import recover
-from core.store.segment import (
+from waystation.core.store.api import PUT, Op, Recovered, StoreError
+from waystation.core.store.files import Layout
+from waystation.core.store.index import FileInfo, LiveIndex
+from waystation.core.store.recovery import recover
+from waystation.core.store.segment import (
     BATCH_HDR,
     BATCH_MAGIC,
     HEADER_SIZE,
@@ -39,7 +39,7 @@ from core.store.segment import (
     encode_ops,
     pack_file_header,
 )
-from core.store.writer import Compact, Data, Free, NewFile, Outcome, Writer
+from waystation.core.store.writer import Compact, Data, Free, NewFile, Outcome, Writer
 
 MiB = 1 << 20
 _put_pack = OP_PUT.pack

@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from core.store.api import PUT, Record, RecoveryReport, StoreError
-from core.store.files import Layout
-from core.store.index import FileInfo, LiveIndex
-from core.store.segment import (
+from waystation.core.store.api import PUT, Record, RecoveryReport, StoreError
+from waystation.core.store.files import Layout
+from waystation.core.store.index import FileInfo, LiveIndex
+from waystation.core.store.segment import (
     BATCH_HDR,
     HEADER_SIZE,
     KIND_DATA,

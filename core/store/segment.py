@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from core.store.api import DELETE, PUT, Op
+from waystation.core.store.api import DELETE, PUT, Op
 
 FILE_MAGIC = b"WSJF"
 FORMAT_VERSION = 1

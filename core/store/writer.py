@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from core.store.api import StoreError
-from core.store.compactor import CommittedError, compact
-from core.store.files import Layout
-from core.store.segment import KIND_DATA, KIND_FREE, TRAILER, pack_file_header
+from waystation.core.store.api import StoreError
+from waystation.core.store.compactor import CommittedError, compact
+from waystation.core.store.files import Layout
+from waystation.core.store.segment import KIND_DATA, KIND_FREE, TRAILER, pack_file_header
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from core.engine import Engine
-from gateway.stomp.session import SERVER_NAME, StompOptions
+from waystation.core.engine import Engine
+from waystation.gateway.stomp.session import SERVER_NAME, StompOptions
 
 if TYPE_CHECKING:
-    from config.listeners import HttpAcceptor
+    from waystation.config.listeners import HttpAcceptor
 
 log = logging.getLogger("waystation.http")
 
@@ -59,8 +59,8 @@ class HttpServer:
     def __init__(
         self, ctx: HttpContext, host: str, port: int, tls: ssl.SSLContext | None = None
     ) -> None:
-        from gateway.http import rest, sockjs, tunnel
-        from gateway.websocket import stomp_ws
+        from waystation.gateway.http import rest, sockjs, tunnel
+        from waystation.gateway.websocket import stomp_ws
 
         self.ctx = ctx
         self.host = host

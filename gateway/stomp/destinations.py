@@ -7,7 +7,7 @@ A store-and-forward name ``site-b::orders`` works with or without the ``/queue/`
 
 from __future__ import annotations
 
-from core.queue import ANYCAST, MULTICAST
+from waystation.core.queue import ANYCAST, MULTICAST
 
 QUEUE_PREFIX = "/queue/"
 TOPIC_PREFIX = "/topic/"

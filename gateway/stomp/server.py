@@ -7,8 +7,8 @@ import logging
 import socket
 import ssl
 
-from core.engine import Engine
-from gateway.stomp.session import StompOptions, StompSession
+from waystation.core.engine import Engine
+from waystation.gateway.stomp.session import StompOptions, StompSession
 
 log = logging.getLogger("waystation.stomp")
 

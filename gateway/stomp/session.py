@@ -13,17 +13,17 @@ import logging
 import time
 from dataclasses import dataclass
 
-from core.consumer import ConsumerError, Delivery
-from core.engine import Engine, Subscription
-from core.filter import FilterError
-from core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms, property_text
-from core.postoffice import AddressFull, RoutingError
-from core.queue import MULTICAST
-from core.security import AuthenticationError, NotAuthorized, Permission, Principal
-from core.transaction import Transaction, TransactionError
-from gateway.link import Link
-from gateway.stomp.destinations import format_destination, parse_destination
-from wire.stomp import (
+from waystation.core.consumer import ConsumerError, Delivery
+from waystation.core.engine import Engine, Subscription
+from waystation.core.filter import FilterError
+from waystation.core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms, property_text
+from waystation.core.postoffice import AddressFull, RoutingError
+from waystation.core.queue import MULTICAST
+from waystation.core.security import AuthenticationError, NotAuthorized, Permission, Principal
+from waystation.core.transaction import Transaction, TransactionError
+from waystation.gateway.link import Link
+from waystation.gateway.stomp.destinations import format_destination, parse_destination
+from waystation.wire.stomp import (
     Frame,
     Limits,
     StompError,

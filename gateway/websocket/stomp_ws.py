@@ -16,9 +16,9 @@ import weakref
 
 from aiohttp import WSMsgType, web
 
-from gateway.http.server import HttpContext
-from gateway.queued_link import SLICE, QueuedLink, feed
-from gateway.stomp.session import StompSession
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.queued_link import SLICE, QueuedLink, feed
+from waystation.gateway.stomp.session import StompSession
 
 log = logging.getLogger("waystation.websocket")
 

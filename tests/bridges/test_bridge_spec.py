@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bridges.dial import Target
-from bridges.spec import SUPPORTED_SCHEMES, spec_from_config
-from config import parse_config
-from config.fields import BRIDGE_SCHEMES
+from waystation.bridges.dial import Target
+from waystation.bridges.spec import SUPPORTED_SCHEMES, spec_from_config
+from waystation.config import parse_config
+from waystation.config.fields import BRIDGE_SCHEMES
 
 
 def targets(urls: str, extra: str = "") -> list[Target]:

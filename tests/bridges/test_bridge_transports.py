@@ -29,8 +29,8 @@ from sitekit import (
 )
 from squidkit import Squid
 
-from bridges.dial import Target, dial
-from client.websocket import WebSocketRefused, open_websocket_connection
+from waystation.bridges.dial import Target, dial
+from waystation.client.websocket import WebSocketRefused, open_websocket_connection
 
 pytestmark = pytest.mark.timeout(120)
 

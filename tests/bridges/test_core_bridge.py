@@ -12,26 +12,26 @@ from collections.abc import AsyncIterator
 import pytest
 from nodekit import free_port
 
-from bridges.backoff import RetryPolicy
-from bridges.core_bridge import CoreBridge
-from bridges.dial import Target
-from bridges.proxy import ProxyError, connect_request, open_tunnel, parse_status
-from bridges.reasons import classify_error, is_authentication_failure
-from bridges.spec import BridgeSpec
-from bridges.stomp_link import LinkOptions, StompLink
-from core.consumer import Delivery
-from core.engine import Engine, EngineConfig
-from core.message import Message
-from core.reasons import (
+from waystation.bridges.backoff import RetryPolicy
+from waystation.bridges.core_bridge import CoreBridge
+from waystation.bridges.dial import Target
+from waystation.bridges.proxy import ProxyError, connect_request, open_tunnel, parse_status
+from waystation.bridges.reasons import classify_error, is_authentication_failure
+from waystation.bridges.spec import BridgeSpec
+from waystation.bridges.stomp_link import LinkOptions, StompLink
+from waystation.core.consumer import Delivery
+from waystation.core.engine import Engine, EngineConfig
+from waystation.core.message import Message
+from waystation.core.reasons import (
     INVALID_REMOTE_DESTINATION,
     MESSAGE_TOO_LARGE,
     REMOTE_AUTHORIZATION,
     REMOTE_REJECTED,
 )
-from core.settings import AddressSettings
-from gateway.stomp.server import StompServer
-from gateway.stomp.session import StompOptions
-from wire.stomp import Limits
+from waystation.core.settings import AddressSettings
+from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.session import StompOptions
+from waystation.wire.stomp import Limits
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -82,8 +82,8 @@ def test_proxy_request_and_status():
 
 
 def test_spec_from_config():
-    from bridges.spec import spec_from_config
-    from config import parse_config
+    from waystation.bridges.spec import spec_from_config
+    from waystation.config import parse_config
 
     cfg = parse_config(
         """

@@ -14,9 +14,9 @@ from nodekit import NodeProcess
 from sitekit import Drain, collect, send_all
 from wanproxy import WanProxy
 
-from bridges.foreign import FOREIGN_MESSAGE_ID, ForeignInbound, ForeignStompBridge
-from config import ConfigError, parse_config
-from gateway.node import Node
+from waystation.bridges.foreign import FOREIGN_MESSAGE_ID, ForeignInbound, ForeignStompBridge
+from waystation.config import ConfigError, parse_config
+from waystation.gateway.node import Node
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,8 @@ import asyncio
 
 from nodekit import free_port
 
-from config import parse_config
-from gateway.node import Node
+from waystation.config import parse_config
+from waystation.gateway.node import Node
 
 
 def _config(bridges: str) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config import ConfigError, parse_config
+from waystation.config import ConfigError, parse_config
 
 
 def bridge(urls: str, extra: str = "") -> str:

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from config import ConfigError, default_config, load_config, parse_config
-from config.errors import format_loc
-from config.locate import key_lines
-from config.passwords import hash_password, parse_hash, verify_password
-from config.schema import Config
-from config.units import format_duration, format_size, parse_duration, parse_size, to_ms
-from core.settings import AddressSettings, FullPolicy
+from waystation.config import ConfigError, default_config, load_config, parse_config
+from waystation.config.errors import format_loc
+from waystation.config.locate import key_lines
+from waystation.config.passwords import hash_password, parse_hash, verify_password
+from waystation.config.schema import Config
+from waystation.config.units import format_duration, format_size, parse_duration, parse_size, to_ms
+from waystation.core.settings import AddressSettings, FullPolicy
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "config" / "examples").glob("*.toml"))
 FAST_HASH = hash_password("s3cret", iterations=1000)
@@ -419,7 +419,7 @@ def test_users_permissions_and_security_default() -> None:
     grants = cfg.permissions[0].grants()
     assert grants["send"] == ["producer"] and grants["manage"] == []
     assert cfg.warnings() == [
-        "<string>: [[users]][1].password: plain-text password; prefer password_hash (python -m config.passwords)"
+        "<string>: [[users]][1].password: plain-text password; prefer password_hash (python -m waystation.config.passwords)"
     ]
     off = parse_config(
         f'[security]\nenabled = false\n[[users]]\nname = "a"\npassword_hash = "{FAST_HASH}"\n'
@@ -725,7 +725,7 @@ def test_format_loc_and_key_lines() -> None:
 
 
 def test_node_config_passes_id_cache_size_to_the_engine():
-    from config.loader import parse_config
-    from gateway.node import engine_config
+    from waystation.config.loader import parse_config
+    from waystation.gateway.node import engine_config
 
     assert engine_config(parse_config("[node]\nid_cache_size = 5\n")).duplicate_cache_size == 5

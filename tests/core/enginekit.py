@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from core.consumer import Consumer, Delivery
-from core.engine import Engine, EngineConfig
-from core.settings import AddressSettings
-from core.store.journal import FileJournal
+from waystation.core.consumer import Consumer, Delivery
+from waystation.core.engine import Engine, EngineConfig
+from waystation.core.settings import AddressSettings
+from waystation.core.store.journal import FileJournal
 
 
 class Collector:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from core.address import InvalidAddress, matches, specificity, split_remote, validate_name
-from core.settings import AddressSettings, FullPolicy, SettingsRepository
+from waystation.core.address import InvalidAddress, matches, specificity, split_remote, validate_name
+from waystation.core.settings import AddressSettings, FullPolicy, SettingsRepository
 
 CASES = [
     ("news.europe.#", "news.europe", True),
@@ -128,7 +128,7 @@ def test_the_node_default_duplicate_cache_size_applies_where_no_pattern_sets_one
     for every address, and a pattern's own value still wins."""
     from enginekit import make_engine
 
-    from core.settings import AddressSettings
+    from waystation.core.settings import AddressSettings
 
     async def go():
         eng = await make_engine(

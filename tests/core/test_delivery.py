@@ -9,9 +9,9 @@ import time
 import pytest
 from enginekit import Collector, make_engine, settle
 
-from core.consumer import ConsumerError
-from core.engine import QueueSpec
-from core.message import (
+from waystation.core.consumer import ConsumerError
+from waystation.core.engine import QueueSpec
+from waystation.core.message import (
     ACTUAL_EXPIRY,
     DEAD_LETTER_REASON,
     GROUP_ID,
@@ -19,7 +19,7 @@ from core.message import (
     ORIGINAL_QUEUE,
     now_ms,
 )
-from core.settings import AddressSettings
+from waystation.core.settings import AddressSettings
 
 
 def test_nack_redelivers_then_dead_letters_with_reason(run):
@@ -53,7 +53,7 @@ def test_nack_redelivers_then_dead_letters_with_reason(run):
 
 
 def test_redelivery_delay_with_multiplier_and_cap():
-    from core.settings import SettingsRepository
+    from waystation.core.settings import SettingsRepository
 
     r = SettingsRepository(
         {
@@ -223,7 +223,7 @@ def test_browsing_does_not_consume(run):
         eng = await make_engine(None)
         for i in range(3):
             eng.send(eng.make_message("q", b"%d" % i, {"n": i}))
-        from core.filter import compile_filter
+        from waystation.core.filter import compile_filter
 
         assert [m.body for m in eng.queue("q").browse()] == [b"0", b"1", b"2"]
         assert [m.body for m in eng.queue("q").browse(compile_filter("n >= 1"))] == [b"1", b"2"]
@@ -296,7 +296,7 @@ def test_exclusive_queue_and_max_consumers(run):
 
 def test_bad_selector_is_a_clear_error(run):
     async def go():
-        from core.filter import FilterError
+        from waystation.core.filter import FilterError
 
         eng = await make_engine(None)
         with pytest.raises(FilterError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.filter import compile_filter
+from waystation.core.filter import compile_filter
 
 PROPS: dict[str, object] = {
     "color": "red",

@@ -8,8 +8,8 @@ from types import FrameType
 
 import pytest
 
-from core.filter import MAX_DEPTH, MAX_FILTER_LENGTH, Filter, FilterError, compile_filter
-from core.message import Message
+from waystation.core.filter import MAX_DEPTH, MAX_FILTER_LENGTH, Filter, FilterError, compile_filter
+from waystation.core.message import Message
 
 
 @pytest.mark.parametrize("text", [None, "", " ", "\t\n  \r\f"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from core.filter import compile_filter
-from core.message import Message
+from waystation.core.filter import compile_filter
+from waystation.core.message import Message
 
 
 def msg(**kw: object) -> Message:

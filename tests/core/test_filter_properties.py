@@ -16,8 +16,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from core.filter import FilterError, compile_filter
-from core.message import Message
+from waystation.core.filter import FilterError, compile_filter
+from waystation.core.message import Message
 
 SETTINGS = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NAMES = ["a", "b", "s", "flag", "gone"]

@@ -8,11 +8,11 @@ import json
 import pytest
 from enginekit import Collector, make_engine, settle
 
-from core.engine import Engine, EngineConfig
-from core.events import JsonlEventLog
-from core.message import DUPLICATE_ID
-from core.postoffice import AddressFull
-from core.settings import AddressSettings, FullPolicy
+from waystation.core.engine import Engine, EngineConfig
+from waystation.core.events import JsonlEventLog
+from waystation.core.message import DUPLICATE_ID
+from waystation.core.postoffice import AddressFull
+from waystation.core.settings import AddressSettings, FullPolicy
 
 BODY = b"x" * 1000
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from core.store.api import Op, Record, StoreError, delete, put
-from core.store.journal import FileJournal
-from core.store.segment import (
+from waystation.core.store.api import Op, Record, StoreError, delete, put
+from waystation.core.store.journal import FileJournal
+from waystation.core.store.segment import (
     BATCH_MAGIC_BYTES,
     HEADER_SIZE,
     KIND_DATA,

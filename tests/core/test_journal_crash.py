@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from core.store.journal import FileJournal
+from waystation.core.store.journal import FileJournal
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = 6
@@ -45,8 +45,8 @@ import asyncio, random, sys
 root, directory, seed, cycle = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 sys.path.insert(0, root)
 sys.path.insert(0, root + "/tests/core")
-from core.store.api import delete, put
-from core.store.journal import FileJournal
+from waystation.core.store.api import delete, put
+from waystation.core.store.journal import FileJournal
 from test_journal_crash import JOURNAL_KW, KEYS, TASKS, content
 
 async def main():

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from core.store.api import put
-from core.store.journal import FileJournal
+from waystation.core.store.api import put
+from waystation.core.store.journal import FileJournal
 
 DATA = b"x" * 100
 

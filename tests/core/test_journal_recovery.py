@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-import core.store.compactor as compactor_mod
-from core.store.api import Op, Record, delete, put
-from core.store.compactor import compact
-from core.store.files import Layout
-from core.store.journal import FileJournal
-from core.store.segment import BATCH_HDR, HEADER_SIZE, KIND_DATA, scan, unpack_file_header
+import waystation.core.store.compactor as compactor_mod
+from waystation.core.store.api import Op, Record, delete, put
+from waystation.core.store.compactor import compact
+from waystation.core.store.files import Layout
+from waystation.core.store.journal import FileJournal
+from waystation.core.store.segment import BATCH_HDR, HEADER_SIZE, KIND_DATA, scan, unpack_file_header
 
 SMALL = 4096
 
@@ -257,7 +257,7 @@ def test_crash_at_any_compaction_step_recovers_the_same_records(
 def test_failed_compaction_keeps_the_journal_working(
     tmp_path: Path, run, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import core.store.writer as writer_mod
+    import waystation.core.store.writer as writer_mod
 
     def broken(*a: Any) -> Any:
         raise OSError(28, "No space left on device")

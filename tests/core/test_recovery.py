@@ -6,8 +6,8 @@ import asyncio
 
 from enginekit import Collector, make_engine, settle
 
-from core.message import now_ms
-from core.queue import MULTICAST
+from waystation.core.message import now_ms
+from waystation.core.queue import MULTICAST
 
 
 def test_durable_messages_in_durable_queues_survive_restart(run, tmp_path):

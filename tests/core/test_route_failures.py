@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from enginekit import Collector, make_engine, settle
 
-from core.engine import QueueSpec
-from core.message import DUPLICATE_ID
-from core.postoffice import InvalidMessage, RoutingError
-from core.queue import ANYCAST, MULTICAST
-from core.settings import AddressSettings
+from waystation.core.engine import QueueSpec
+from waystation.core.message import DUPLICATE_ID
+from waystation.core.postoffice import InvalidMessage, RoutingError
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.settings import AddressSettings
 
 TOO_BIG = 10**23  # does not fit msgpack's 64-bit integers
 
@@ -78,7 +78,7 @@ def test_a_routing_error_does_not_remember_the_duplicate_id(run):
 
 def test_a_durable_message_is_encoded_once(run, tmp_path, monkeypatch):
     """The check is the encoding the journal writes: no second encoding per send."""
-    from core.message import Message
+    from waystation.core.message import Message
 
     calls = 0
     encode = Message.encode

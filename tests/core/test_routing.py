@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from enginekit import Collector, make_engine, settle
 
-from core.divert import DivertError
-from core.engine import DivertSpec, QueueSpec
-from core.message import DEAD_LETTER_REASON, DIVERT_PATH, ORIGINAL_ADDRESS, ROUTE_TO_NODE, Message
-from core.postoffice import RoutingError
-from core.queue import ANYCAST, MULTICAST
-from core.settings import AddressSettings
+from waystation.core.divert import DivertError
+from waystation.core.engine import DivertSpec, QueueSpec
+from waystation.core.message import DEAD_LETTER_REASON, DIVERT_PATH, ORIGINAL_ADDRESS, ROUTE_TO_NODE, Message
+from waystation.core.postoffice import RoutingError
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.settings import AddressSettings
 
 
 def add_suffix(msg: Message) -> Message:
@@ -184,7 +184,7 @@ def test_divert_loop_is_refused(run):
                 None, diverts=[DivertSpec("d1", "a", "b"), DivertSpec("d2", "b", "a")]
             )
         eng = await make_engine(None, diverts=[DivertSpec("d1", "x.#", "y")])
-        from core.divert import Divert
+        from waystation.core.divert import Divert
 
         with pytest.raises(DivertError, match="loop"):
             eng.post.add_divert(Divert("d2", "y", "x.z"))

@@ -6,7 +6,7 @@ import os
 import random
 from pathlib import Path
 
-from core.store.spill import SpillFile
+from waystation.core.store.spill import SpillFile
 
 
 def segments(d: Path) -> list[str]:

@@ -126,7 +126,7 @@ mqtt = false
         env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
         log = open(self.log_path, "ab")  # noqa: SIM115 - owned by the child
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway.cli", "run", str(self.config_path)],
+            [sys.executable, "-m", "waystation.gateway.cli", "run", str(self.config_path)],
             cwd=self.workdir,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -15,7 +15,7 @@ EXAMPLES = sorted((ROOT / "config" / "examples").glob("*.toml"))
 
 def waystation(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "gateway.cli", *args],
+        [sys.executable, "-m", "waystation.gateway.cli", *args],
         capture_output=True,
         text=True,
         cwd=cwd or ROOT,
@@ -90,7 +90,7 @@ def test_port_in_use_is_a_clear_error(tmp_path):
             b.config_path.read_text().replace(str(b.stomp_port), str(a.stomp_port))
         )
         r = subprocess.run(
-            [sys.executable, "-m", "gateway.cli", "run", str(b.config_path)],
+            [sys.executable, "-m", "waystation.gateway.cli", "run", str(b.config_path)],
             capture_output=True,
             text=True,
             timeout=30,

@@ -12,14 +12,14 @@ from pathlib import Path
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from config.listeners import HttpAcceptor
-from core.engine import Engine, EngineConfig
-from core.store.api import Op
-from core.store.journal import FileJournal
-from gateway.http import rest
-from gateway.http.server import HttpContext
-from gateway.stomp.session import StompOptions
-from wire.stomp import Limits
+from waystation.config.listeners import HttpAcceptor
+from waystation.core.engine import Engine, EngineConfig
+from waystation.core.store.api import Op
+from waystation.core.store.journal import FileJournal
+from waystation.gateway.http import rest
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.stomp.session import StompOptions
+from waystation.wire.stomp import Limits
 
 
 class GatedJournal(FileJournal):

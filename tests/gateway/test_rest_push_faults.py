@@ -239,22 +239,22 @@ def test_rel_destination_is_exactly_once_through_refusals_and_cuts(node, tmp_pat
 
 
 def test_dead_letter_reasons_are_engine_vocabulary():
-    """One definition: core.reasons; bridges and REST use it, and REST imports no bridge."""
+    """One definition: waystation.core.reasons; bridges and REST use it, and REST imports no bridge."""
     import ast
     from pathlib import Path
 
-    import bridges.reasons
-    import core.postoffice
-    import core.reasons
-    import gateway.http.rest.push
+    import waystation.bridges.reasons
+    import waystation.core.postoffice
+    import waystation.core.reasons
+    import waystation.gateway.http.rest.push
 
-    assert core.postoffice.NO_ROUTE is core.reasons.NO_ROUTE
-    assert bridges.reasons.REMOTE_REJECTED is core.reasons.REMOTE_REJECTED
-    assert gateway.http.rest.push.REMOTE_REJECTED is core.reasons.REMOTE_REJECTED
-    rest = Path(gateway.http.rest.push.__file__).parent
+    assert waystation.core.postoffice.NO_ROUTE is waystation.core.reasons.NO_ROUTE
+    assert waystation.bridges.reasons.REMOTE_REJECTED is waystation.core.reasons.REMOTE_REJECTED
+    assert waystation.gateway.http.rest.push.REMOTE_REJECTED is waystation.core.reasons.REMOTE_REJECTED
+    rest = Path(waystation.gateway.http.rest.push.__file__).parent
     for path in rest.glob("*.py"):
         for stmt in ast.walk(ast.parse(path.read_text())):
             if isinstance(stmt, ast.ImportFrom | ast.Import):
                 names = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else []
                 names += [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else []
-                assert not any(n.split(".")[0] == "bridges" for n in names), (path, names)
+                assert not any(n.split(".")[:2] == ["waystation", "bridges"] for n in names), (path, names)

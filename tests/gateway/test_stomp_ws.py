@@ -15,7 +15,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 from websockets.sync.client import connect as ws_connect
 
-from gateway.queued_link import QueuedLink
+from waystation.gateway.queued_link import QueuedLink
 
 
 @pytest.fixture(scope="module")

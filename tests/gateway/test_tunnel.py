@@ -23,8 +23,8 @@ from tunnelkit import (
     stomp_bytes,
 )
 
-from client.tunnel import TunnelError, open_tunnel_connection
-from wire.stomp import Frame, StompParser, encode_frame
+from waystation.client.tunnel import TunnelError, open_tunnel_connection
+from waystation.wire.stomp import Frame, StompParser, encode_frame
 
 
 @pytest.fixture(scope="module")

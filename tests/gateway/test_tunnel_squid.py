@@ -14,8 +14,8 @@ from squidkit import Squid
 from stompkit import unique
 from tunnelkit import AsyncStomp
 
-from bridges.proxy import ProxyError, open_tunnel
-from client.tunnel import TunnelError, open_tunnel_connection
+from waystation.bridges.proxy import ProxyError, open_tunnel
+from waystation.client.tunnel import TunnelError, open_tunnel_connection
 
 N = 10_000
 

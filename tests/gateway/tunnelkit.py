@@ -7,8 +7,8 @@ import contextlib
 
 import aiohttp
 
-from client.tunnel import open_tunnel_connection
-from wire.stomp import Frame, StompParser, encode_frame
+from waystation.client.tunnel import open_tunnel_connection
+from waystation.wire.stomp import Frame, StompParser, encode_frame
 
 # Short tunnel timings for tests: ``HTTP`` goes to NodeProcess(http=...).
 RESPONSE_TIME = 1.0

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from wire.stomp import (
+from waystation.wire.stomp import (
     HEARTBEAT,
     HEARTBEAT_BYTES,
     Frame,
@@ -494,7 +494,7 @@ def test_big_frames_in_any_chunking_match_one_shot(size: int) -> None:
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 @pytest.mark.parametrize("rid", ["1", "r-77", "a:b", "line\nbreak", "back\\slash", "ünï"])
 def test_encode_receipt_matches_encode_frame(version, rid):
-    from wire.stomp import encode_receipt
+    from waystation.wire.stomp import encode_receipt
 
     assert encode_receipt(rid, version) == encode_frame(
         "RECEIPT", {"receipt-id": rid}, b"", version

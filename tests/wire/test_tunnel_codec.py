@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from wire.tunnel import (
+from waystation.wire.tunnel import (
     DownstreamReceiver,
     DownstreamSender,
     OffsetError,

@@ -29,11 +29,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http.rest import consumers, destinations, producer, pulling, pushes
-from gateway.http.rest.pull import Registry
-from gateway.http.rest.service import SERVICE, RestService
-from gateway.http.rest.substore import DIRECTORY, SubscriptionStore
-from gateway.http.server import HttpContext
+from waystation.gateway.http.rest import consumers, destinations, producer, pulling, pushes
+from waystation.gateway.http.rest.pull import Registry
+from waystation.gateway.http.rest.service import SERVICE, RestService
+from waystation.gateway.http.rest.substore import DIRECTORY, SubscriptionStore
+from waystation.gateway.http.server import HttpContext
 
 
 def setup(app: web.Application, ctx: HttpContext) -> None:

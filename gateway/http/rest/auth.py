@@ -12,9 +12,9 @@ import binascii
 
 from aiohttp import hdrs, web
 
-from core.engine import Engine
-from core.security import AuthenticationError, NotAuthorized, Permission, Principal
-from gateway.http.rest.errors import fail, unauthorized
+from waystation.core.engine import Engine
+from waystation.core.security import AuthenticationError, NotAuthorized, Permission, Principal
+from waystation.gateway.http.rest.errors import fail, unauthorized
 
 
 def principal(request: web.Request, engine: Engine) -> Principal:

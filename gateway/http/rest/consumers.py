@@ -28,16 +28,16 @@ import uuid
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from core.filter import compile_filter
-from core.queue import ANYCAST, MULTICAST
-from core.security import Permission, Principal
-from gateway.http.rest import auth
-from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES, TOPICS, Links, Paths, kind_of
-from gateway.http.rest.mapping import parse_bool, parse_int
-from gateway.http.rest.names import check_name
-from gateway.http.rest.pull import PullConsumer, Registry
-from gateway.http.rest.service import SERVICE, RestService
+from waystation.core.filter import compile_filter
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.security import Permission, Principal
+from waystation.gateway.http.rest import auth
+from waystation.gateway.http.rest.errors import fail, guarded
+from waystation.gateway.http.rest.links import QUEUES, TOPICS, Links, Paths, kind_of
+from waystation.gateway.http.rest.mapping import parse_bool, parse_int
+from waystation.gateway.http.rest.names import check_name
+from waystation.gateway.http.rest.pull import PullConsumer, Registry
+from waystation.gateway.http.rest.service import SERVICE, RestService
 
 REGISTRY = web.AppKey("rest_pull_registry", Registry)
 

@@ -20,15 +20,15 @@ from xml.sax.saxutils import quoteattr
 
 from aiohttp import web
 
-from core.queue import ANYCAST, MULTICAST
-from core.security import Permission
-from gateway.http.rest import auth
-from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
-from gateway.http.rest.mapping import read_body
-from gateway.http.rest.names import check_name
-from gateway.http.rest.service import SERVICE
-from gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xml_text
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.security import Permission
+from waystation.gateway.http.rest import auth
+from waystation.gateway.http.rest.errors import fail, guarded
+from waystation.gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
+from waystation.gateway.http.rest.mapping import read_body
+from waystation.gateway.http.rest.names import check_name
+from waystation.gateway.http.rest.service import SERVICE
+from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xml_text
 
 
 @guarded

@@ -13,10 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping
 
 from aiohttp import web
 
-from core.consumer import ConsumerError
-from core.filter import FilterError
-from core.postoffice import AddressFull, QueueExists, RoutingError
-from core.security import AuthenticationError, NotAuthorized
+from waystation.core.consumer import ConsumerError
+from waystation.core.filter import FilterError
+from waystation.core.postoffice import AddressFull, QueueExists, RoutingError
+from waystation.core.security import AuthenticationError, NotAuthorized
 
 log = logging.getLogger("waystation.rest")
 

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping
 
 from aiohttp import web
 
-from core.message import Message, PropertyValue, property_text
-from gateway.http import server
-from gateway.http.rest.errors import fail
+from waystation.core.message import Message, PropertyValue, property_text
+from waystation.gateway.http import server
+from waystation.gateway.http.rest.errors import fail
 
 CONTENT_TYPE = "content-type"
 HTTP_PREFIX = "http_"

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from config.defaults import SF_QUEUE_PREFIX
-from config.fields import address_name
-from core.address import NODE_SEPARATOR
-from gateway.http.rest.errors import fail
+from waystation.config.defaults import SF_QUEUE_PREFIX
+from waystation.config.fields import address_name
+from waystation.core.address import NODE_SEPARATOR
+from waystation.gateway.http.rest.errors import fail
 
 MAX_NAME = 255
 

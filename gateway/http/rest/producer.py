@@ -23,15 +23,15 @@ import uuid
 
 from aiohttp import web
 
-from core.message import DEFAULT_PRIORITY, DUPLICATE_ID, now_ms
-from core.postoffice import InvalidMessage
-from core.queue import ANYCAST, MULTICAST
-from core.security import Permission
-from gateway.http.rest import auth
-from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import QUEUES
-from gateway.http.rest.mapping import parse_bool, parse_int, properties_from_request, read_body
-from gateway.http.rest.service import SERVICE
+from waystation.core.message import DEFAULT_PRIORITY, DUPLICATE_ID, now_ms
+from waystation.core.postoffice import InvalidMessage
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.security import Permission
+from waystation.gateway.http.rest import auth
+from waystation.gateway.http.rest.errors import fail, guarded
+from waystation.gateway.http.rest.links import QUEUES
+from waystation.gateway.http.rest.mapping import parse_bool, parse_int, properties_from_request, read_body
+from waystation.gateway.http.rest.service import SERVICE
 
 MAX_MS = 2**63 - 1  # the store's timestamps are signed 64-bit milliseconds
 

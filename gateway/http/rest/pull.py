@@ -24,10 +24,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from core.consumer import Consumer, Delivery
-from core.engine import Engine, Subscription
-from core.message import Message
-from gateway.http.rest.substore import SubscriptionStore
+from waystation.core.consumer import Consumer, Delivery
+from waystation.core.engine import Engine, Subscription
+from waystation.core.message import Message
+from waystation.gateway.http.rest.substore import SubscriptionStore
 
 log = logging.getLogger("waystation.rest")
 

@@ -27,13 +27,13 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from core.consumer import Delivery
-from gateway.http.rest.consumers import lookup, next_links, params
-from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import Paths
-from gateway.http.rest.mapping import DELIVERY_COUNT, message_headers, parse_bool, parse_seconds
-from gateway.http.rest.pull import PullConsumer, Snapshot
-from gateway.http.rest.service import SERVICE, RestService
+from waystation.core.consumer import Delivery
+from waystation.gateway.http.rest.consumers import lookup, next_links, params
+from waystation.gateway.http.rest.errors import fail, guarded
+from waystation.gateway.http.rest.links import Paths
+from waystation.gateway.http.rest.mapping import DELIVERY_COUNT, message_headers, parse_bool, parse_seconds
+from waystation.gateway.http.rest.pull import PullConsumer, Snapshot
+from waystation.gateway.http.rest.service import SERVICE, RestService
 
 NO_MESSAGE = "no message available"
 BUSY = "the consumer is busy with another request: try again"

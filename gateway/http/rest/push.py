@@ -37,19 +37,19 @@ from collections.abc import Callable
 
 import aiohttp
 
-from core.consumer import Consumer, Delivery
-from core.engine import Engine, Subscription
-from core.queue import ANYCAST, MULTICAST
-from core.reasons import (
+from waystation.core.consumer import Consumer, Delivery
+from waystation.core.engine import Engine, Subscription
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.reasons import (
     INVALID_REMOTE_DESTINATION,
     MESSAGE_TOO_LARGE,
     REMOTE_AUTHENTICATION,
     REMOTE_AUTHORIZATION,
     REMOTE_REJECTED,
 )
-from gateway.http.rest.links import QUEUES
-from gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
-from gateway.http.rest.registration import DESTINATION, Registration
+from waystation.gateway.http.rest.links import QUEUES
+from waystation.gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
+from waystation.gateway.http.rest.registration import DESTINATION, Registration
 
 log = logging.getLogger("waystation.rest.push")
 

@@ -31,17 +31,17 @@ import uuid
 import aiohttp
 from aiohttp import web
 
-from core.filter import compile_filter
-from core.security import Permission, Principal
-from gateway.http.rest import auth
-from gateway.http.rest.errors import fail, guarded
-from gateway.http.rest.links import TOPICS, Paths, kind_of
-from gateway.http.rest.mapping import read_body
-from gateway.http.rest.push import Pusher
-from gateway.http.rest.pushstore import PushStore, problem
-from gateway.http.rest.registration import Registration, RegistrationError, parse
-from gateway.http.rest.service import SERVICE, RestService
-from gateway.http.rest.xmldoc import MAX_XML, parse_xml
+from waystation.core.filter import compile_filter
+from waystation.core.security import Permission, Principal
+from waystation.gateway.http.rest import auth
+from waystation.gateway.http.rest.errors import fail, guarded
+from waystation.gateway.http.rest.links import TOPICS, Paths, kind_of
+from waystation.gateway.http.rest.mapping import read_body
+from waystation.gateway.http.rest.push import Pusher
+from waystation.gateway.http.rest.pushstore import PushStore, problem
+from waystation.gateway.http.rest.registration import Registration, RegistrationError, parse
+from waystation.gateway.http.rest.service import SERVICE, RestService
+from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml
 
 log = logging.getLogger("waystation.rest.push")
 MASKED = "********"  # what GET shows instead of a password

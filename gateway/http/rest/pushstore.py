@@ -17,10 +17,10 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.http.rest.links import QUEUES, TOPICS
-from gateway.http.rest.registration import Registration, RegistrationError, parse
-from gateway.http.rest.substore import write_durably
-from gateway.http.rest.xmldoc import parse_xml
+from waystation.gateway.http.rest.links import QUEUES, TOPICS
+from waystation.gateway.http.rest.registration import Registration, RegistrationError, parse
+from waystation.gateway.http.rest.substore import write_durably
+from waystation.gateway.http.rest.xmldoc import parse_xml
 
 log = logging.getLogger("waystation.rest.push")
 _ID = re.compile(r"^[A-Za-z0-9_.\-]{1,100}$")

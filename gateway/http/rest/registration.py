@@ -30,10 +30,10 @@ from urllib.parse import quote
 
 from yarl import URL
 
-from gateway.http.rest.links import QUEUES, TOPICS
-from gateway.http.rest.mapping import TOKEN, clean_value
-from gateway.http.rest.names import name_problem
-from gateway.http.rest.xmldoc import xml_text
+from waystation.gateway.http.rest.links import QUEUES, TOPICS
+from waystation.gateway.http.rest.mapping import TOKEN, clean_value
+from waystation.gateway.http.rest.names import name_problem
+from waystation.gateway.http.rest.xmldoc import xml_text
 
 TEMPLATE = "template"
 DESTINATION = "destination"

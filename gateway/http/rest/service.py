@@ -16,14 +16,14 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from core.engine import Engine
-from core.queue import ANYCAST, MULTICAST
-from gateway.http.rest.errors import fail
-from gateway.http.rest.links import QUEUES, Links, Paths, kind_of
-from gateway.http.rest.names import check_name
+from waystation.core.engine import Engine
+from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.gateway.http.rest.errors import fail
+from waystation.gateway.http.rest.links import QUEUES, Links, Paths, kind_of
+from waystation.gateway.http.rest.names import check_name
 
 if TYPE_CHECKING:
-    from config.listeners import RestConfig
+    from waystation.config.listeners import RestConfig
 
 
 @dataclass(slots=True)

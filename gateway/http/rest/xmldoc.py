@@ -15,7 +15,7 @@ from xml.parsers import expat
 
 from aiohttp import web
 
-from gateway.http.rest.errors import fail
+from waystation.gateway.http.rest.errors import fail
 
 MAX_XML = 64 * 1024
 

@@ -19,6 +19,6 @@ delivered over it: it goes to the dead-letter address with ``_WS_DLQ_REASON`` =
 TCP.
 """
 
-from gateway.http.sockjs.routes import setup
+from waystation.gateway.http.sockjs.routes import setup
 
 __all__ = ["setup"]

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.sockjs import framing
-from gateway.http.sockjs.headers import JAVASCRIPT, cors, no_cache
-from gateway.http.sockjs.session import Sessions, SockJsSession
-from gateway.websocket.stomp_ws import client_gone, peer_of
+from waystation.gateway.http.sockjs import framing
+from waystation.gateway.http.sockjs.headers import JAVASCRIPT, cors, no_cache
+from waystation.gateway.http.sockjs.session import Sessions, SockJsSession
+from waystation.gateway.websocket.stomp_ws import client_gone, peer_of
 
 GONE_CHECK = 1.0  # seconds between looks at whether an idle request's client is still there
 CALLBACK = re.compile(r"[A-Za-z0-9_.\-]+")

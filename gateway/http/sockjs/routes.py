@@ -17,10 +17,10 @@ import weakref
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.server import HttpContext
-from gateway.http.sockjs import receivers, senders, websocket
-from gateway.http.sockjs.headers import TEXT, cached_for_a_year, no_cache, options
-from gateway.http.sockjs.session import Sessions
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.sockjs import receivers, senders, websocket
+from waystation.gateway.http.sockjs.headers import TEXT, cached_for_a_year, no_cache, options
+from waystation.gateway.http.sockjs.session import Sessions
 
 _IFRAME = """<!DOCTYPE html>
 <html>

@@ -16,10 +16,10 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.server import read_body
-from gateway.http.sockjs.framing import PayloadError, decode_payload, to_bytes
-from gateway.http.sockjs.headers import TEXT, cors, no_cache
-from gateway.http.sockjs.session import Sessions
+from waystation.gateway.http.server import read_body
+from waystation.gateway.http.sockjs.framing import PayloadError, decode_payload, to_bytes
+from waystation.gateway.http.sockjs.headers import TEXT, cors, no_cache
+from waystation.gateway.http.sockjs.session import Sessions
 
 
 def _form_payload(request: web.Request, raw: bytes) -> bytes:

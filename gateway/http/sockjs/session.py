@@ -15,11 +15,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from core.engine import Engine
-from gateway.http.sockjs import framing
-from gateway.http.sockjs.textlink import TextLink
-from gateway.queued_link import feed
-from gateway.stomp.session import StompOptions, StompSession
+from waystation.core.engine import Engine
+from waystation.gateway.http.sockjs import framing
+from waystation.gateway.http.sockjs.textlink import TextLink
+from waystation.gateway.queued_link import feed
+from waystation.gateway.stomp.session import StompOptions, StompSession
 
 
 class SockJsSession:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from gateway.queued_link import QueuedLink
+from waystation.gateway.queued_link import QueuedLink
 
 NOT_TEXT = "message body is not UTF-8 text; SockJS carries text only"
 NOT_TEXT_HINT = "use STOMP over WebSocket (binary messages) or TCP for binary bodies"

@@ -16,12 +16,12 @@ import weakref
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.typedefs import Handler
 
-from gateway.http.server import HttpContext
-from gateway.http.sockjs import framing
-from gateway.http.sockjs.textlink import TextLink
-from gateway.queued_link import feed
-from gateway.stomp.session import StompSession
-from gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, input_resumed, peer_of
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.sockjs import framing
+from waystation.gateway.http.sockjs.textlink import TextLink
+from waystation.gateway.queued_link import feed
+from waystation.gateway.stomp.session import StompSession
+from waystation.gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, input_resumed, peer_of
 
 log = logging.getLogger("waystation.sockjs")
 

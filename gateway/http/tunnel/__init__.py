@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http.server import HttpContext
-from gateway.http.tunnel.protocols import StreamSession, register
-from gateway.http.tunnel.registry import Registry
-from gateway.http.tunnel.routes import Routes
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.tunnel.protocols import StreamSession, register
+from waystation.gateway.http.tunnel.registry import Registry
+from waystation.gateway.http.tunnel.routes import Routes
 
 REGISTRY = web.AppKey("tunnel_registry", Registry)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from gateway.http.server import HttpContext
-from gateway.queued_link import QueuedLink
-from gateway.stomp.session import StompSession
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.queued_link import QueuedLink
+from waystation.gateway.stomp.session import StompSession
 
 
 class StreamSession(Protocol):

@@ -17,10 +17,10 @@ import logging
 import secrets
 import time
 
-from gateway.http.server import HttpContext
-from gateway.http.tunnel.protocols import PROTOCOLS
-from gateway.http.tunnel.session import LINK_HIGH, LINK_LOW, TunnelSession
-from gateway.queued_link import QueuedLink
+from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.tunnel.protocols import PROTOCOLS
+from waystation.gateway.http.tunnel.session import LINK_HIGH, LINK_LOW, TunnelSession
+from waystation.gateway.queued_link import QueuedLink
 
 log = logging.getLogger("waystation.tunnel")
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http.server import read_body
-from gateway.http.tunnel.protocols import PROTOCOLS, known
-from gateway.http.tunnel.registry import Full, Registry
-from gateway.http.tunnel.session import Ended, TunnelSession
-from gateway.websocket.stomp_ws import peer_of
-from wire.tunnel import (
+from waystation.gateway.http.server import read_body
+from waystation.gateway.http.tunnel.protocols import PROTOCOLS, known
+from waystation.gateway.http.tunnel.registry import Full, Registry
+from waystation.gateway.http.tunnel.session import Ended, TunnelSession
+from waystation.gateway.websocket.stomp_ws import peer_of
+from waystation.wire.tunnel import (
     CONTENT_TYPE,
     H_CLOSED,
     H_OFFSET,

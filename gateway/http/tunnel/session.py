@@ -19,9 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from gateway.http.tunnel.protocols import StreamSession
-from gateway.queued_link import SLICE, QueuedLink
-from wire.tunnel import DownstreamSender, UpstreamReceiver
+from waystation.gateway.http.tunnel.protocols import StreamSession
+from waystation.gateway.queued_link import SLICE, QueuedLink
+from waystation.wire.tunnel import DownstreamSender, UpstreamReceiver
 
 MAX_RESPONSE = 256 * 1024  # bytes of one downstream answer (and of unacknowledged data)
 LINK_HIGH = 768 * 1024  # with MAX_RESPONSE: about 1 MiB held per session at most
