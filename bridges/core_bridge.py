@@ -56,7 +56,14 @@ from typing import TYPE_CHECKING
 from waystation.bridges.dial import Target
 from waystation.bridges.outgoing import send_frame
 from waystation.bridges.reasons import classify_error
-from waystation.bridges.redial import CONNECTED, CONNECTING, RETRYING, STOPPED, Redialing, link_options
+from waystation.bridges.redial import (
+    CONNECTED,
+    CONNECTING,
+    RETRYING,
+    STOPPED,
+    Redialing,
+    link_options,
+)
 from waystation.bridges.spec import BridgeSpec
 from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.consumer import Consumer, ConsumerError, Delivery
@@ -375,6 +382,19 @@ class CoreBridge(Redialing):
         except ConsumerError:
             return
         self.forwarded += 1
+        events = self.engine.events
+        if events is not None:  # the remote confirmed it: it is on the remote's disk
+            m = entry.message
+            events.emit(
+                "forwarded",
+                m.id,
+                m.address,
+                m.size(),
+                self.spec.queue,
+                trace_id=m.trace_id,
+                durable=m.durable,
+                peer=self.spec.remote_node,
+            )
         self._progress = True
         if self._careful:
             self._careful.discard(tag)

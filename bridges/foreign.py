@@ -36,6 +36,7 @@ from waystation.bridges.redial import (
 from waystation.bridges.spec import BridgeSpec
 from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.message import DEFAULT_PRIORITY, PropertyValue
+from waystation.gateway.stomp.mapping import TRACE_HEADER
 from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ _PROTOCOL_HEADERS = frozenset(
         "priority",
         "expires",
         "timestamp",
+        TRACE_HEADER,
     )
 )
 SUBSCRIPTION_ID = "ws-inbound"
@@ -191,6 +193,9 @@ class ForeignInbound(Redialing):
                 priority=_int(h.get("priority"), DEFAULT_PRIORITY, 0, 9),
                 expiration=_int(h.get("expires"), 0, 0, None),
             )
+            trace = h.get(TRACE_HEADER)
+            if trace and len(trace) <= 256:  # relayed from a Waystation node: keep its trace
+                msg.trace_id = trace
             fut = self.engine.send(msg)
         except Exception as e:  # not stored: the remote redelivers it on the next link
             log.exception("bridge %s: storing a message from %s failed", self.spec.name, self.url)

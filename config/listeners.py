@@ -103,6 +103,22 @@ class StompAcceptor(AcceptorConfig):
         default=duration("60s"),
         description="Idle time after which a connection without heart-beats is closed.",
     )
+    connect_timeout: Duration = Field(
+        default=duration("10s"),
+        description="A connection that has not completed CONNECT (login included) within "
+        "this is sent an ERROR naming connect_timeout and closed (0 = never).",
+    )
+    max_connections: int = Field(
+        default=10000,
+        ge=1,
+        description="Most open connections on this listener; more get an ERROR naming "
+        "max_connections and are closed.",
+    )
+    max_connections_per_address: int = Field(
+        default=1000,
+        ge=0,
+        description="Most open connections from one source address (0 = no limit).",
+    )
 
     @model_validator(mode="after")
     def _body_fits(self) -> StompAcceptor:
@@ -160,6 +176,36 @@ class RestConfig(Section):
         description="Most pull consumers and push registrations at once; more are refused "
         "with 503.",
     )
+    max_consumers_per_user: int = Field(
+        default=500,
+        ge=1,
+        description="Most pull consumers and push registrations one user holds (security "
+        "on; anonymous counts as one user); more are refused with 503.",
+    )
+    max_consumers_per_address: int = Field(
+        default=500,
+        ge=1,
+        description="Most pull consumers and push registrations created from one source "
+        "address and live at once; more are refused with 503.",
+    )
+    push_allow: list[str] = Field(
+        default_factory=list,
+        description="Networks (CIDR, e.g. 10.1.0.0/16 or 127.0.0.1/32) push targets may be "
+        "in although they are loopback, private, link-local or otherwise not public; every "
+        "address a target's host resolves to is checked, at registration and before each "
+        "delivery.",
+    )
+
+    @model_validator(mode="after")
+    def _networks(self) -> RestConfig:
+        import ipaddress
+
+        for i, net in enumerate(self.push_allow):
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError as e:
+                raise Problems([(("push_allow", i), f"not a network: {e}")]) from None
+        return self
 
 
 class WebSocketConfig(Section):
@@ -169,6 +215,11 @@ class WebSocketConfig(Section):
     )
     max_message_size: Size = Field(
         default=size("16MiB"), description="Largest WebSocket message accepted."
+    )
+    connect_timeout: Duration = Field(
+        default=duration("10s"),
+        description="A WebSocket whose STOMP CONNECT has not completed within this gets an "
+        "ERROR naming connect_timeout and is closed (0 = never).",
     )
 
 
@@ -192,6 +243,17 @@ class TunnelConfig(Section):
     )
     max_sessions: int = Field(
         default=10000, ge=1, description="Most tunnel sessions at once; more are refused with 503."
+    )
+    max_sessions_per_address: int = Field(
+        default=100,
+        ge=1,
+        description="Most tunnel sessions opened from one source address and open at once; "
+        "more are refused with 503.",
+    )
+    connect_timeout: Duration = Field(
+        default=duration("10s"),
+        description="A session whose protocol has not completed its login (STOMP CONNECT) "
+        "within this is ended (0 = never); so are sessions that never send a byte.",
     )
 
 
@@ -229,6 +291,17 @@ class SockJsConfig(Section):
         description="Most HTTP (polling and streaming) SockJS sessions at once; more are "
         "refused with 503.",
     )
+    max_sessions_per_address: int = Field(
+        default=100,
+        ge=1,
+        description="Most HTTP SockJS sessions created from one source address and open at "
+        "once; more are refused with 503.",
+    )
+    connect_timeout: Duration = Field(
+        default=duration("10s"),
+        description="A session whose STOMP CONNECT has not completed within this is closed "
+        "(0 = never).",
+    )
 
 
 class HttpAcceptor(AcceptorConfig):
@@ -236,6 +309,26 @@ class HttpAcceptor(AcceptorConfig):
     url: HttpListenUrl = Field(
         default=defaults.HTTP_URL,
         description="http://host:port: REST, WebSocket, tunnel and SockJS.",
+    )
+    header_timeout: Duration = Field(
+        default=duration("10s"),
+        description="A connection must complete a request's headers within this of "
+        "connecting or of starting to send them; else 408 and closed (slowloris).",
+    )
+    keepalive_timeout: Duration = Field(
+        default=duration("60s"),
+        description="An idle keep-alive connection is closed after this.",
+    )
+    max_connections: int = Field(
+        default=10000,
+        ge=1,
+        description="Most open connections on this listener (WebSockets and held polls "
+        "included); more get 503 naming max_connections and are closed.",
+    )
+    max_connections_per_address: int = Field(
+        default=1000,
+        ge=0,
+        description="Most open connections from one source address (0 = no limit).",
     )
     rest: RestConfig = Field(default_factory=RestConfig, description="REST messaging.")
     websocket: WebSocketConfig = Field(

@@ -26,6 +26,7 @@ from waystation.config.fields import (
     choice,
 )
 from waystation.config.links import BridgeConfig
+from waystation.config.limits import LimitsConfig
 from waystation.config.listeners import (
     AcceptorConfig,
     AcceptorsConfig,
@@ -67,6 +68,9 @@ class JournalConfig(Section):
 
 
 class EventLogConfig(Section):
+    """Lifecycle event log (DESIGN §8, docs/events.md): written by a background thread,
+    rolled by size and age, bounded in memory (events past ``buffer_limit`` are dropped)."""
+
     enabled: bool = Field(
         default=False, description="Write message lifecycle events for the pipeline."
     )
@@ -78,11 +82,35 @@ class EventLogConfig(Section):
         default="jsonl", description="File format: jsonl (JSON Lines) or parquet."
     )
     max_file_size: Size = Field(
-        default=size("64MiB"), description="Roll to a new file past this size."
+        default=size("64MiB"),
+        description="Roll to a new file past this size (at least 4KiB; approximate for parquet).",
+    )
+    roll_interval: Duration = Field(
+        default=duration("1h"),
+        description="Roll a file this long after its first event (at least 1s); parquet "
+        "files are readable only once rolled.",
     )
     max_files: int = Field(
-        default=10, ge=1, description="Rolled files kept; older ones are deleted."
+        default=24, ge=1, description="Completed files kept; older ones are deleted."
     )
+    buffer_limit: int = Field(
+        default=100_000,
+        ge=1,
+        le=10_000_000,
+        description="Events waiting for the writer thread (about 330 bytes each); past it "
+        "new events are dropped, counted and warned about.",
+    )
+
+    @model_validator(mode="after")
+    def _limits(self) -> EventLogConfig:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        if self.max_file_size < 4096:
+            problems.append((("max_file_size",), "must be at least 4KiB"))
+        if self.roll_interval.total_seconds() < 1:
+            problems.append((("roll_interval",), "must be at least 1s"))
+        if problems:
+            raise Problems(problems)
+        return self
 
 
 class NodeConfig(Section):
@@ -148,6 +176,9 @@ class Config(Section):
     )
     security: SecurityConfig = Field(
         default_factory=SecurityConfig, description="Security switches."
+    )
+    limits: LimitsConfig = Field(
+        default_factory=LimitsConfig, description="What one client may hold in the core."
     )
 
     _source: str | None = PrivateAttr(default=None)

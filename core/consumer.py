@@ -1,8 +1,10 @@
 """A consumer attached to a queue: its filter, credit window and messages in flight.
 
 The engine pushes deliveries to a ``DeliveryHandler`` (the protocol adapter) while the consumer
-has credit; the adapter acks, nacks or closes.  Credit is counted in unacknowledged messages
-(``window``; 0 = unbounded) and can be paused as a whole when the client's socket is full.
+has credit; the adapter settles them or closes.  Two kinds of credit cover every protocol: a
+``window`` of unsettled messages (STOMP prefetch, MQTT receive maximum; 0 = unbounded) and
+``credit`` that each delivery consumes (AMQP link credit, with drain; -1 = not used).  A whole
+consumer can be paused when the client's socket is full.
 """
 
 from __future__ import annotations
@@ -63,6 +65,11 @@ class DeliveryHandler(Protocol):
         """The engine closed the consumer (queue deleted, node stopping)."""
 
 
+class DrainHandler(Protocol):
+    def drained(self, consumer: Consumer) -> None:
+        """A drain found nothing more to send: the consumer's credit is now zero."""
+
+
 class ConsumerError(Exception):
     pass
 
@@ -81,6 +88,9 @@ class Consumer:
         "name",
         "delivered",
         "acked",
+        "credit",
+        "drain",
+        "owner",
     )
 
     def __init__(
@@ -92,6 +102,8 @@ class Consumer:
         auto_ack: bool = False,
         window: int = 0,
         name: str = "",
+        credit: int = -1,
+        owner: object = None,
     ) -> None:
         self.queue = queue
         self.handler = handler
@@ -105,15 +117,21 @@ class Consumer:
         self.name = name
         self.delivered = 0
         self.acked = 0
+        self.credit = credit  # deliveries still allowed; -1: not credit-limited
+        self.drain = False
+        self.owner = owner  # the core session that opened it
 
     def ready(self) -> bool:
         return (
             not self.paused
             and not self.closed
+            and self.credit != 0
             and (self.window <= 0 or len(self.in_flight) < self.window)
         )
 
     def _deliver(self, ref: MessageRef) -> None:
+        if self.credit > 0:
+            self.credit -= 1
         self._next_tag += 1
         tag = self._next_tag
         ref.delivery_count += 1
@@ -130,6 +148,20 @@ class Consumer:
         if self.paused:
             self.paused = False
             self.queue.dispatch()
+
+    def set_credit(self, credit: int, drain: bool = False) -> None:
+        """Link credit as the client grants it (absolute, like AMQP's flow).  With ``drain``
+        the consumer uses up what it can now and its credit is then zeroed: the handler's
+        ``drained`` says so, and the client knows the queue had nothing more for it."""
+        self.credit = max(0, credit)
+        self.drain = drain
+        self.queue.dispatch()
+        if drain and not self.closed:
+            self.drain = False
+            self.credit = 0
+            drained = getattr(self.handler, "drained", None)
+            if drained is not None:
+                drained(self)
 
     # -- settlement ---------------------------------------------------------------------
     def _take(self, tag: int) -> MessageRef:
@@ -157,6 +189,26 @@ class Consumer:
             if t == tag:
                 break
         return n
+
+    def release(self, tag: int) -> None:
+        """Give a message back unprocessed: no delivery attempt counted, no delay."""
+        self.queue.requeue([self._take(tag)])
+        self.queue.dispatch()
+
+    def reject(self, tag: int, reason: str, detail: str = "") -> None:
+        """The client refuses the message for good: it goes to the dead-letter address."""
+        self.queue.ctx.dead_letter(self._take(tag), reason, detail)
+
+    def tags_through(self, tag: int) -> list[int]:
+        """``tag`` and every earlier message in flight, for cumulative settlement."""
+        if tag not in self.in_flight:
+            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        out = []
+        for t in self.in_flight:
+            out.append(t)
+            if t == tag:
+                break
+        return out
 
     def nack(self, tag: int, tx: Transaction | None = None) -> None:
         """Give a message back: it is redelivered after the address's redelivery delay, or

@@ -50,15 +50,16 @@ class Divert:
     transformer: Transformer | None = None
 
     def applies(self, msg: Message) -> bool:
-        path = msg.properties.get(DIVERT_PATH)
+        path = msg.annotation(DIVERT_PATH)
         if isinstance(path, str) and self.name in path.split(","):
             return False
         return self.filter is None or self.filter.matches(msg)
 
     def divert(self, msg: Message, new_id: int) -> Message:
+        """A copy for the target: same trace id, the divert added to its divert path."""
         copy = msg.copy(new_id, self.target)
-        path = msg.properties.get(DIVERT_PATH)
-        copy.properties[DIVERT_PATH] = (
+        path = msg.annotation(DIVERT_PATH)
+        copy.annotations[DIVERT_PATH] = (
             f"{path},{self.name}" if isinstance(path, str) and path else self.name
         )
         if self.transformer is not None:

@@ -20,11 +20,13 @@ from waystation.core.consumer import Consumer, DeliveryHandler, MessageRef
 from waystation.core.divert import Divert, load_transformer
 from waystation.core.events import EventSink
 from waystation.core.filter import compile_filter
+from waystation.core.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from waystation.core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
 from waystation.core.persistence import Persistence
 from waystation.core.postoffice import PostOffice, RoutingError
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
-from waystation.core.security import SecurityManager
+from waystation.core.security import Principal, SecurityManager
+from waystation.core.session import Session
 from waystation.core.settings import DEFAULTS, AddressSettings, SettingsRepository
 from waystation.core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
 from waystation.core.transaction import Transaction, TransactionError
@@ -65,6 +67,7 @@ class EngineConfig:
     wildcard_routing: bool = True
     expiry_scan_period: float = 1.0
     duplicate_cache_size: int = DEFAULTS.duplicate_cache_size or 0  # where no pattern sets one
+    limits: Limits = DEFAULT_LIMITS
 
 
 @dataclass(slots=True)
@@ -100,6 +103,11 @@ class Engine:
         self._post: PostOffice | None = None
         self._reaper: asyncio.Task[None] | None = None
         self.started = False
+        self.sessions: dict[str, Session] = {}  # open client sessions, by id
+
+    @property
+    def limits(self) -> Limits:
+        return self.config.limits
 
     @property
     def post(self) -> PostOffice:
@@ -145,6 +153,7 @@ class Engine:
                 exclusive=rec.exclusive,
                 max_consumers=rec.max_consumers,
                 auto_created=rec.auto_created,
+                subscriber=rec.subscriber,
                 qid=rec.rid,
                 persist=False,
             )
@@ -232,6 +241,35 @@ class Engine:
                     q.expire_scan(now)
                 except Exception:  # keep reaping the others
                     log.exception("expiry scan of %s failed", q.name)
+
+    # -- sessions -------------------------------------------------------------------------
+    def open_session(
+        self,
+        principal: Principal,
+        protocol: str,
+        remote: str,
+        client_id: str | None = None,
+    ) -> Session:
+        """The door for one client connection (DESIGN §7); closing it releases what it held."""
+        limit = self.limits.max_sessions_per_user
+        if self.security.enabled and limit >= 0:
+            n = sum(1 for s in self.sessions.values() if s.principal.name == principal.name)
+            if n >= limit:
+                raise LimitExceeded(
+                    "max_sessions_per_user", f"user {principal.name!r} already has {n} sessions"
+                )
+        s = Session(self, principal, protocol, remote, client_id)
+        self.sessions[s.id] = s
+        return s
+
+    def forget_session(self, session: Session) -> None:
+        self.sessions.pop(session.id, None)
+
+    def auto_created_count(self) -> int:
+        post = self.post
+        return sum(1 for q in post.queues.values() if q.auto_created) + sum(
+            1 for a in post.addresses.values() if a.auto_created
+        )
 
     # -- producing ------------------------------------------------------------------------
     def make_message(

@@ -1,31 +1,133 @@
-"""Lifecycle events: every hop of a message (accepted, routed, delivered, acked ...).
+"""Lifecycle events: one fixed, versioned record per hop of a message (DESIGN §8).
 
-The engine calls ``EventSink.emit``; the default sink does nothing so the hot path pays only
-an attribute test.  ``JsonlEventLog`` writes one JSON object per line to rolling files that
-the PySpark pipeline reads.
+This module is the single definition of the record that the event log writes and the PySpark
+pipeline reads: :data:`FIELDS` (names, types, meaning), :func:`arrow_schema` (the same as a
+pyarrow schema, imported lazily so a node without the event log never loads pyarrow) and
+:func:`spark_ddl`.  The engine calls :meth:`EventSink.emit`; with no sink configured the engine
+holds ``None`` and pays one attribute test per hop.  The writers (JSON Lines, Parquet; rolling,
+off the event loop, bounded) live in :mod:`waystation.core.eventlog` and are re-exported here.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import os
-import time
-from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-log = logging.getLogger("waystation.events")
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+#: Bumped whenever a field is added, removed or changes meaning; readers select on it.
+SCHEMA_VERSION = 1
+
+# --- event names -------------------------------------------------------------------------------
 
 ACCEPTED = "accepted"
 ROUTED = "routed"
 DIVERTED = "diverted"
+STORED = "stored"
+FORWARDED = "forwarded"
 DELIVERED = "delivered"
 ACKED = "acked"
-DEAD_LETTERED = "dead-lettered"
+RELEASED = "released"
+REDELIVERED = "redelivered"
+DEAD_LETTERED = "dead_lettered"
 EXPIRED = "expired"
-FORWARDED = "forwarded"
 DROPPED = "dropped"
-DUPLICATE = "duplicate"
+
+#: Every event name of schema version 1, in the order of a message's life.
+EVENTS: tuple[str, ...] = (
+    ACCEPTED,
+    ROUTED,
+    DIVERTED,
+    STORED,
+    FORWARDED,
+    DELIVERED,
+    ACKED,
+    RELEASED,
+    REDELIVERED,
+    DEAD_LETTERED,
+    EXPIRED,
+    DROPPED,
+)
+
+#: Names written by older call sites, mapped to (event, reason if the record has none).
+LEGACY_EVENTS: dict[str, tuple[str, str | None]] = {
+    "dead-lettered": (DEAD_LETTERED, None),
+    "duplicate": (DROPPED, "duplicate"),
+}
+
+# --- the record --------------------------------------------------------------------------------
+
+
+class Field(NamedTuple):
+    name: str
+    type: str  # "int16" | "int32" | "int64" | "string" | "bool" (pyarrow type names)
+    nullable: bool
+    doc: str
+
+
+#: The record, in column order.  JSON Lines objects carry every key (``null`` when unknown);
+#: Parquet files have exactly this schema.
+FIELDS: tuple[Field, ...] = (
+    Field("v", "int16", False, "schema version (SCHEMA_VERSION)"),
+    Field("ts_us", "int64", False, "event time, microseconds since the epoch (UTC)"),
+    Field("node", "string", False, "the node that wrote it"),
+    Field("event", "string", False, "one of EVENTS"),
+    Field("trace_id", "string", True, "global id, 'origin node/origin message id'"),
+    Field("message_id", "int64", False, "this node's message id"),
+    Field("address", "string", False, "the address the message is on"),
+    Field("queue", "string", True, "the queue, for queue-level events"),
+    Field("protocol", "string", True, "protocol of the producing or consuming session"),
+    Field("session", "string", True, "id of the producing or consuming session"),
+    Field("size", "int64", False, "encoded message size in bytes"),
+    Field("durable", "bool", True, "durable message"),
+    Field("delivery_count", "int32", True, "deliveries so far, for delivery events"),
+    Field("reason", "string", True, "dead-letter or drop reason"),
+    Field("peer", "string", True, "the remote node of a forwarded message"),
+)
+
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in FIELDS)
+
+#: Keys ``emit`` accepts in ``**extra``; any other key is ignored (not written anywhere).
+EXTRA_FIELDS: frozenset[str] = frozenset(
+    ("trace_id", "durable", "delivery_count", "protocol", "session", "reason", "peer")
+)
+
+_SPARK_TYPES = {
+    "int16": "SMALLINT",
+    "int32": "INT",
+    "int64": "BIGINT",
+    "string": "STRING",
+    "bool": "BOOLEAN",
+}
+
+
+def arrow_schema() -> pa.Schema:
+    """:data:`FIELDS` as a pyarrow schema (the Parquet files' schema), with the version in
+    its metadata."""
+    import pyarrow as pa
+
+    types = {
+        "int16": pa.int16(),
+        "int32": pa.int32(),
+        "int64": pa.int64(),
+        "string": pa.string(),
+        "bool": pa.bool_(),
+    }
+    return pa.schema(
+        [pa.field(f.name, types[f.type], nullable=f.nullable) for f in FIELDS],
+        metadata={"waystation.events.v": str(SCHEMA_VERSION)},
+    )
+
+
+def spark_ddl() -> str:
+    """:data:`FIELDS` as a Spark DDL schema string, for reading JSON Lines with a fixed
+    schema (``spark.read.schema(spark_ddl()).json(...)``)."""
+    return ", ".join(
+        f"{f.name} {_SPARK_TYPES[f.type]}{'' if f.nullable else ' NOT NULL'}" for f in FIELDS
+    )
+
+
+# --- the sink the engine calls -------------------------------------------------------------------
 
 
 class EventSink(Protocol):
@@ -37,46 +139,20 @@ class EventSink(Protocol):
         size: int,
         queue: str | None = None,
         **extra: object,
-    ) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class JsonlEventLog:
-    """Rolling JSON Lines files: ``events-000001.jsonl`` ...; the oldest beyond ``max_files``
-    are removed.  Lines are buffered and flushed at least every ``flush_interval`` seconds."""
-
-    def __init__(
-        self,
-        directory: Path | str,
-        node: str,
-        *,
-        max_file_size: int = 64 * 1024 * 1024,
-        max_files: int = 10,
-        flush_interval: float = 1.0,
     ) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
-        self.node = node
-        self.max_file_size = max_file_size
-        self.max_files = max_files
-        self.flush_interval = flush_interval
-        existing = sorted(self.dir.glob("events-*.jsonl"))
-        self._seq = int(existing[-1].stem.split("-")[1]) if existing else 0
-        self._open_next()
-        self._last_flush = time.monotonic()
+        """Record one event; never blocks and never raises.  ``extra`` keys are among
+        :data:`EXTRA_FIELDS`; others are ignored."""
+        ...
 
-    def _open_next(self) -> None:
-        self._seq += 1
-        self.path = self.dir / f"events-{self._seq:06d}.jsonl"
-        self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-        self._written = self._fh.tell()
-        files = sorted(self.dir.glob("events-*.jsonl"))
-        for old in files[: max(0, len(files) - self.max_files)]:
-            try:
-                old.unlink()
-            except OSError as e:
-                log.warning("cannot remove old event log %s: %s", old, e)
+    def close(self) -> None:
+        """Write what is buffered, fsync, and make the last file complete."""
+        ...
+
+
+class NullEventSink:
+    """A sink that records nothing (for code that wants a sink object rather than ``None``)."""
+
+    __slots__ = ()
 
     def emit(
         self,
@@ -87,32 +163,19 @@ class JsonlEventLog:
         queue: str | None = None,
         **extra: object,
     ) -> None:
-        rec: dict[str, object] = {
-            "ts": int(time.time() * 1000),
-            "event": kind,
-            "node": self.node,
-            "message_id": message_id,
-            "address": address,
-            "size": size,
-        }
-        if queue is not None:
-            rec["queue"] = queue
-        if extra:
-            rec.update(extra)
-        line = json.dumps(rec, separators=(",", ":"), default=str) + "\n"
-        self._fh.write(line)
-        self._written += len(line)
-        if self._written >= self.max_file_size:
-            self._fh.close()
-            self._open_next()
-        now = time.monotonic()
-        if now - self._last_flush >= self.flush_interval:
-            self._fh.flush()
-            self._last_flush = now
+        return None
 
     def close(self) -> None:
-        try:
-            self._fh.flush()
-            os.fsync(self._fh.fileno())
-        finally:
-            self._fh.close()
+        return None
+
+
+_WRITERS = ("EventLog", "JsonlEventLog", "ParquetEventLog", "open_event_log")
+
+
+def __getattr__(name: str) -> Any:
+    # the writers import threading and (for Parquet) pyarrow: loaded only when asked for
+    if name in _WRITERS:
+        from waystation.core import eventlog
+
+        return getattr(eventlog, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

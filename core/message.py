@@ -1,43 +1,250 @@
 """The message: what producers send, queues hold and consumers receive.
 
-A message is immutable once routed except for its annotations (set by diverts, dead-lettering
-and bridges before it is stored).  Delivery counts live on the queue's reference, not here,
-because one multicast message sits in many queues.
+A message has three kinds of data, kept apart (DESIGN §7):
+
+* **application properties** (``properties``): the application's own, typed. A value is one
+  of null (``None``), boolean (``bool``), long (``int``, 64-bit), int (:class:`Int32`),
+  double (``float``), float (:class:`Float32`), string (``str``), binary (``bytes``),
+  timestamp (:class:`Timestamp`, ms since the epoch) or uuid (``uuid.UUID``); the type
+  survives the journal, a restart and a bridge.
+* **standard fields**: ``message_id`` (the application's id; ``id`` is this node's number),
+  ``correlation_id``, ``reply_to``, ``content_type``, ``content_encoding``, ``user_id``,
+  ``subject``, ``group_id``, ``group_sequence``, ``timestamp`` (creation time, ms),
+  ``expiration`` (absolute expiry, ms; 0 = never), plus ``trace_id`` (``"<node>/<id>"`` of
+  the node where the message first entered, never changed afterwards).
+* **annotations** (``annotations``): the engine's own ``_WS_*`` bookkeeping (original address
+  and queue, dead-letter reason, actual expiry, store-and-forward node, divert path, the
+  destination as the producer named it).
+
+For compatibility with selectors and clients that read ``_WS_DLQ_REASON`` and friends as
+properties, ``properties`` *reads* through to the annotations of a message that has any
+(writes still go to the application properties); ``application_properties`` is the
+application's dict alone.  A message without annotations pays nothing for this.
+
+A message is immutable once routed except for its annotations (set by diverts,
+dead-lettering and bridges before it is stored).  Delivery counts live on the queue's
+reference, not here, because one multicast message sits in many queues.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
+import math
+import struct
 import time
-from dataclasses import dataclass, field
+import uuid
+from collections import ChainMap
+from collections.abc import Mapping, MutableMapping
+from typing import Any
 
 import msgpack
 
-PropertyValue = bool | int | float | str | bytes | None
 
-# Well-known property names (the engine's reserved vocabulary).
+class Int32(int):
+    """A property of the 32-bit ``int`` type (a plain ``int`` is a 64-bit ``long``)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: object = 0) -> Int32:
+        v = int.__new__(cls, value)  # type: ignore[call-overload]
+        if not -0x80000000 <= v <= 0x7FFFFFFF:
+            raise ValueError(f"{int(v)} does not fit a 32-bit int")
+        return v
+
+    def __repr__(self) -> str:
+        return f"Int32({int(self)})"
+
+
+class Float32(float):
+    """A property of the 32-bit ``float`` type (a plain ``float`` is a ``double``); the value
+    is rounded to single precision when made, so what is stored is what is read back."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: object = 0.0) -> Float32:
+        v = float(value)  # type: ignore[arg-type]
+        if math.isfinite(v):
+            try:
+                v = struct.unpack(">f", struct.pack(">f", v))[0]
+            except OverflowError:
+                raise ValueError(f"{v!r} does not fit a 32-bit float") from None
+        return float.__new__(cls, v)
+
+    def __repr__(self) -> str:
+        return f"Float32({float(self)!r})"
+
+
+class Timestamp(int):
+    """A property of the ``timestamp`` type: milliseconds since the epoch (UTC)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value: object = 0) -> Timestamp:
+        v = int.__new__(cls, value)  # type: ignore[call-overload]
+        if not -(2**63) <= v < 2**63:
+            raise ValueError(f"{int(v)} does not fit a 64-bit timestamp")
+        return v
+
+    def __repr__(self) -> str:
+        return f"Timestamp({int(self)})"
+
+
+PropertyValue = bool | int | float | str | bytes | uuid.UUID | None
+
+# Well-known annotation names (the engine's reserved vocabulary).  _WS_DUPL_ID is the one
+# ``_WS_`` name that is an application property: clients set it for duplicate detection.
 DUPLICATE_ID = "_WS_DUPL_ID"
 ORIGINAL_ADDRESS = "_WS_ORIG_ADDRESS"
 ORIGINAL_QUEUE = "_WS_ORIG_QUEUE"
 DEAD_LETTER_REASON = "_WS_DLQ_REASON"
 DEAD_LETTER_DETAIL = "_WS_DLQ_DETAIL"
 ACTUAL_EXPIRY = "_WS_ACTUAL_EXPIRY"
-GROUP_ID = "_WS_GROUP_ID"
+GROUP_ID = "_WS_GROUP_ID"  # legacy: a group id given as a property (see Message.group)
 ROUTE_TO_NODE = "_WS_ROUTE_TO_NODE"
 DIVERT_PATH = "_WS_DIVERT_PATH"
+# the destination as the producer named it (e.g. a STOMP SEND's ``destination``), so a
+# consumer can be shown the same string; private: not visible through ``properties``
+DESTINATION = "_WS_DESTINATION"
+
+# the annotations (the first journal format kept them among the properties)
+ANNOTATION_NAMES = frozenset(
+    (
+        ORIGINAL_ADDRESS,
+        ORIGINAL_QUEUE,
+        DEAD_LETTER_REASON,
+        DEAD_LETTER_DETAIL,
+        ACTUAL_EXPIRY,
+        ROUTE_TO_NODE,
+        DIVERT_PATH,
+        DESTINATION,
+    )
+)
 
 DEFAULT_PRIORITY = 4
 
+# -- property types ------------------------------------------------------------------------
+NULL, BOOLEAN, INT, LONG, FLOAT, DOUBLE, STRING, BINARY, TIMESTAMP, UUID = (
+    "null",
+    "bool",
+    "int",
+    "long",
+    "float",
+    "double",
+    "string",
+    "binary",
+    "timestamp",
+    "uuid",
+)
+TYPE_NAMES = (NULL, BOOLEAN, INT, LONG, FLOAT, DOUBLE, STRING, BINARY, TIMESTAMP, UUID)
+_TYPE_OF: dict[type, str] = {
+    type(None): NULL,
+    bool: BOOLEAN,
+    Int32: INT,
+    int: LONG,
+    Float32: FLOAT,
+    float: DOUBLE,
+    str: STRING,
+    bytes: BINARY,
+    Timestamp: TIMESTAMP,
+    uuid.UUID: UUID,
+}
+
+
+def type_name(v: object) -> str:
+    """The property type of ``v`` (one of TYPE_NAMES); TypeError for anything else."""
+    t = _TYPE_OF.get(type(v))
+    if t is not None:
+        return t
+    for cls, name in _TYPE_OF.items():  # a subclass (an IntEnum, a str subclass)
+        if cls is not type(None) and isinstance(v, cls):
+            return name
+    raise TypeError(f"{type(v).__name__} is not a message property type")
+
 
 def property_text(v: PropertyValue) -> str:
-    """A property value as text, for protocols whose headers are strings."""
+    """A property value as text, for protocols whose headers are strings.  With its
+    :func:`type_name` it turns back into the same value by :func:`parse_typed`."""
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, bytes):
         return v.decode("utf-8", "replace")
-    return str(v)
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(float(v))
+    return str(int(v)) if isinstance(v, int) else str(v)
+
+
+def typed_text(v: PropertyValue) -> str:
+    """Like :func:`property_text`, but binary is base64, so any bytes survive a text hop."""
+    if isinstance(v, bytes):
+        return base64.b64encode(v).decode("ascii")
+    return property_text(v)
+
+
+_MAX_TYPED_TEXT = 64  # characters of a number, boolean or uuid: longer text is refused early
+
+
+def parse_typed(type_: str, text: str) -> PropertyValue:
+    """``text`` (as made by :func:`typed_text`) as a value of property type ``type_``.
+
+    ValueError, naming the type and the expected form, for text that is not such a value;
+    the cost is bounded by the text's length (numbers longer than 64 characters are refused
+    before conversion)."""
+    if type_ == STRING:
+        return text
+    if type_ == BINARY:
+        try:
+            return base64.b64decode(text.encode("ascii"), validate=True)
+        except (ValueError, UnicodeEncodeError):
+            raise ValueError(f"{text[:40]!r} is not base64 (binary)") from None
+    if type_ == NULL:
+        return None
+    if type_ not in TYPE_NAMES:
+        raise ValueError(
+            f"unknown property type {type_!r}: expected one of {', '.join(TYPE_NAMES)}"
+        )
+    s = text.strip()
+    if len(s) > _MAX_TYPED_TEXT:
+        raise ValueError(f"{text[:40]!r}... is too long for a {type_}")
+    try:
+        if type_ == BOOLEAN:
+            low = s.lower()
+            if low == "true":
+                return True
+            if low == "false":
+                return False
+            raise ValueError
+        if type_ == INT:
+            return Int32(int(s))
+        if type_ == LONG:
+            v = int(s)
+            if not -(2**63) <= v < 2**63:
+                raise ValueError
+            return v
+        if type_ == TIMESTAMP:
+            return Timestamp(int(s))
+        if type_ == FLOAT:
+            return Float32(float(s))
+        if type_ == DOUBLE:
+            return float(s)
+        return uuid.UUID(s)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a {type_} ({_FORMS[type_]})") from None
+
+
+_FORMS = {
+    BOOLEAN: "expected true or false",
+    INT: "expected an integer in -2147483648..2147483647",
+    LONG: "expected an integer in -2^63..2^63-1",
+    TIMESTAMP: "expected milliseconds since the epoch",
+    FLOAT: "expected a number within 32-bit float range",
+    DOUBLE: "expected a number",
+    UUID: "expected a UUID like 123e4567-e89b-12d3-a456-426614174000",
+}
 
 
 def now_ms() -> int:
@@ -59,19 +266,137 @@ class IdGenerator:
         return next(self._counter)
 
 
-@dataclass(slots=True, eq=False)
-class Message:
-    id: int
-    address: str
-    body: bytes = b""
-    properties: dict[str, PropertyValue] = field(default_factory=dict)
-    durable: bool = False
-    priority: int = DEFAULT_PRIORITY
-    timestamp: int = 0
-    expiration: int = 0  # absolute ms since the epoch; 0 = never
-    scheduled: int = 0  # absolute ms since the epoch before which it is not delivered; 0 = now
-    _size: int = field(default=0, repr=False, compare=False)
+# standard fields, in journal order
+STANDARD_FIELDS = (
+    "message_id",
+    "correlation_id",
+    "reply_to",
+    "content_type",
+    "content_encoding",
+    "user_id",
+    "subject",
+    "group_id",
+    "group_sequence",
+    "trace_id",
+)
 
+
+class Message:
+    """One message.  Positional arguments as before: ``Message(id, address, body,
+    properties, durable, priority, timestamp, expiration, scheduled)``; annotations and
+    standard fields are keyword-only."""
+
+    __slots__ = (
+        "id",
+        "address",
+        "body",
+        "_props",
+        "durable",
+        "priority",
+        "timestamp",
+        "expiration",
+        "scheduled",
+        "_ann",
+        "message_id",
+        "correlation_id",
+        "reply_to",
+        "content_type",
+        "content_encoding",
+        "user_id",
+        "subject",
+        "group_id",
+        "group_sequence",
+        "trace_id",
+        "_size",
+    )
+
+    def __init__(
+        self,
+        id: int,
+        address: str,
+        body: bytes = b"",
+        properties: dict[str, PropertyValue] | None = None,
+        durable: bool = False,
+        priority: int = DEFAULT_PRIORITY,
+        timestamp: int = 0,
+        expiration: int = 0,  # absolute ms since the epoch; 0 = never
+        scheduled: int = 0,  # absolute ms since the epoch before which it is not delivered
+        *,
+        annotations: dict[str, PropertyValue] | None = None,
+        message_id: PropertyValue = None,
+        correlation_id: PropertyValue = None,
+        reply_to: str | None = None,
+        content_type: str | None = None,
+        content_encoding: str | None = None,
+        user_id: str | None = None,
+        subject: str | None = None,
+        group_id: str | None = None,
+        group_sequence: int | None = None,
+        trace_id: str | None = None,
+    ) -> None:
+        self.id = id
+        self.address = address
+        self.body = body
+        self._props = properties if properties is not None else {}
+        self.durable = durable
+        self.priority = priority
+        self.timestamp = timestamp
+        self.expiration = expiration
+        self.scheduled = scheduled
+        self._ann = annotations
+        self.message_id = message_id
+        self.correlation_id = correlation_id
+        self.reply_to = reply_to
+        self.content_type = content_type
+        self.content_encoding = content_encoding
+        self.user_id = user_id
+        self.subject = subject
+        self.group_id = group_id
+        self.group_sequence = group_sequence
+        self.trace_id = trace_id
+        self._size = 0
+
+    # -- the three kinds of data ----------------------------------------------------------
+    @property
+    def properties(self) -> MutableMapping[str, PropertyValue]:
+        """The application properties, reading through to visible annotations (see module
+        doc).  Writes go to the application properties."""
+        a = self._ann
+        if not a or (len(a) == 1 and DESTINATION in a):
+            return self._props
+        return _PropertiesView(self._props, {k: v for k, v in a.items() if k != DESTINATION})
+
+    @properties.setter
+    def properties(self, value: dict[str, PropertyValue]) -> None:
+        self._props = value
+
+    @property
+    def application_properties(self) -> dict[str, PropertyValue]:
+        """The application's properties alone (no annotations)."""
+        return self._props
+
+    @property
+    def annotations(self) -> dict[str, PropertyValue]:
+        """The engine's ``_WS_*`` annotations (made on first use)."""
+        a = self._ann
+        if a is None:
+            a = self._ann = {}
+        return a
+
+    def annotation(self, name: str) -> PropertyValue:
+        a = self._ann
+        return a.get(name) if a else None
+
+    def group(self) -> PropertyValue:
+        """The message group: the ``group_id`` field, or a legacy ``_WS_GROUP_ID`` property."""
+        g = self.group_id
+        if g is None:
+            p = self._props
+            if p:
+                return p.get(GROUP_ID)
+        return g
+
+    # -- sizes, expiry, copies --------------------------------------------------------------
     def size(self) -> int:
         """Approximate memory size, used for address size limits.  Computed once, so memory
         accounting stays consistent even if properties change later."""
@@ -79,8 +404,15 @@ class Message:
         if n:
             return n
         n = 64 + len(self.body) + len(self.address)
-        for k, v in self.properties.items():
+        for k, v in self._props.items():
             n += len(k) + (len(v) if isinstance(v, (str, bytes)) else 8)
+        a = self._ann
+        if a:
+            for k, v in a.items():
+                n += len(k) + (len(v) if isinstance(v, (str, bytes)) else 8)
+        t = self.trace_id
+        if t is not None:
+            n += len(t)
         self._size = n
         return n
 
@@ -90,20 +422,33 @@ class Message:
         )
 
     def copy(self, new_id: int, address: str | None = None) -> Message:
+        """A new message with every field, property and annotation (the trace id too)."""
+        a = self._ann
         return Message(
             new_id,
             self.address if address is None else address,
             self.body,
-            dict(self.properties),
+            dict(self._props),
             self.durable,
             self.priority,
             self.timestamp,
             self.expiration,
             self.scheduled,
+            annotations=dict(a) if a else None,
+            message_id=self.message_id,
+            correlation_id=self.correlation_id,
+            reply_to=self.reply_to,
+            content_type=self.content_type,
+            content_encoding=self.content_encoding,
+            user_id=self.user_id,
+            subject=self.subject,
+            group_id=self.group_id,
+            group_sequence=self.group_sequence,
+            trace_id=self.trace_id,
         )
 
     def duplicate_id(self) -> str | bytes | None:
-        props = self.properties
+        props = self._props
         if not props:
             return None
         get = props.get
@@ -116,27 +461,129 @@ class Message:
                     return None
         return v if isinstance(v, (str, bytes)) else str(v)
 
+    def __repr__(self) -> str:
+        return (
+            f"Message(id={self.id}, address={self.address!r}, body={len(self.body)} bytes, "
+            f"properties={self._props!r}, annotations={self._ann!r}, trace_id={self.trace_id!r})"
+        )
+
     # -- persistence -------------------------------------------------------------------
     def encode(self) -> bytes:
+        """The journal record: a list of 12 (the 9 of the first format, then annotations,
+        trace id, and the other standard fields or None).  Raises OverflowError, ValueError
+        or TypeError for a value that cannot be stored."""
+        std = [
+            self.message_id,
+            self.correlation_id,
+            self.reply_to,
+            self.content_type,
+            self.content_encoding,
+            self.user_id,
+            self.subject,
+            self.group_id,
+            self.group_sequence,
+        ]
         return _pack(
-            (
+            [
                 self.id,
                 self.address,
                 self.body,
-                self.properties,
+                self._props,
                 self.durable,
                 self.priority,
                 self.timestamp,
                 self.expiration,
                 self.scheduled,
-            )
+                self._ann or None,
+                self.trace_id,
+                None if std == _NO_STD else std,
+            ]
         )
 
     @staticmethod
     def decode(data: bytes) -> Message:
-        t = msgpack.unpackb(data, raw=False, strict_map_key=False)
-        return Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
+        """A journal record of either format (9: before typed messages; 12: now)."""
+        t = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
+        m = Message(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8])
+        if len(t) == 9:  # the first format kept annotations among the properties
+            props = t[3]
+            moved = [k for k in props if k in ANNOTATION_NAMES] if props else None
+            if moved:
+                m._ann = {k: props.pop(k) for k in moved}
+        else:
+            if t[9]:
+                m._ann = t[9]
+            m.trace_id = t[10]
+            std = t[11]
+            if std:
+                (
+                    m.message_id,
+                    m.correlation_id,
+                    m.reply_to,
+                    m.content_type,
+                    m.content_encoding,
+                    m.user_id,
+                    m.subject,
+                    m.group_id,
+                    m.group_sequence,
+                ) = std
+        return m
 
 
-_packer = msgpack.Packer(use_bin_type=True)
+_NO_STD = [None] * (len(STANDARD_FIELDS) - 1)  # all but the trace id
+
+
+class _PropertiesView(ChainMap[str, PropertyValue]):
+    """Application properties with the annotations readable behind them."""
+
+    def __init__(self, props: dict[str, PropertyValue], ann: Mapping[str, PropertyValue]) -> None:
+        super().__init__(props, dict(ann))
+
+
+# -- msgpack: the types it cannot tell apart travel as ext types ----------------------------
+EXT_INT32, EXT_FLOAT32, EXT_TIMESTAMP, EXT_UUID = 1, 2, 3, 4
+
+
+def _default(obj: Any) -> Any:
+    """Called by the packer only for values that are not exactly a msgpack type."""
+    t = type(obj)
+    if t is Int32:
+        return msgpack.ExtType(EXT_INT32, struct.pack(">i", obj))
+    if t is Float32:
+        return msgpack.ExtType(EXT_FLOAT32, struct.pack(">f", obj))
+    if t is Timestamp:
+        return msgpack.ExtType(EXT_TIMESTAMP, struct.pack(">q", obj))
+    if t is uuid.UUID:
+        return msgpack.ExtType(EXT_UUID, obj.bytes)
+    # other subclasses (an IntEnum, a str subclass, a tuple) as their base type
+    if isinstance(obj, bool):
+        return bool(obj)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        return float(obj)
+    if isinstance(obj, str):
+        return str.__str__(obj)
+    if isinstance(obj, bytes):
+        return bytes(obj)
+    if isinstance(obj, (list, tuple)):
+        return list(obj)
+    if isinstance(obj, dict):
+        return dict(obj)
+    raise TypeError(f"{t.__name__} is not a message property type")
+
+
+def _ext_hook(code: int, data: bytes) -> object:
+    if code == EXT_INT32:
+        return Int32(struct.unpack(">i", data)[0])
+    if code == EXT_FLOAT32:
+        return Float32(struct.unpack(">f", data)[0])
+    if code == EXT_TIMESTAMP:
+        return Timestamp(struct.unpack(">q", data)[0])
+    if code == EXT_UUID:
+        return uuid.UUID(bytes=data)
+    return msgpack.ExtType(code, data)
+
+
+_packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_default)
 _pack = _packer.pack

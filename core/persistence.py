@@ -42,6 +42,7 @@ class QueueRecord:
     exclusive: bool = False
     max_consumers: int = -1
     auto_created: bool = False
+    subscriber: str = ""  # a durable subscription's owner ("user/client-id"); "" for others
 
     def encode(self) -> bytes:
         return _pack(
@@ -53,6 +54,7 @@ class QueueRecord:
                 self.exclusive,
                 self.max_consumers,
                 self.auto_created,
+                self.subscriber,
             ]
         )
 

@@ -40,6 +40,7 @@ from waystation.core.store.api import Op, delete
 log = logging.getLogger("waystation.postoffice")
 
 SF_PREFIX = "sf."
+DUPLICATE = "duplicate"  # the reason of a ``dropped`` event for a duplicate id
 MAX_ROUTE_DEPTH = 16
 
 
@@ -142,6 +143,8 @@ class PostOffice:
                 m.address,
                 m.size(),
                 ref.queue.name,
+                trace_id=m.trace_id,
+                durable=m.durable,
                 delivery_count=ref.delivery_count,
             )
 
@@ -150,13 +153,25 @@ class PostOffice:
         self.ack_ops(ref, ops)
         self.persistence.write(ops, False)
 
-    def ack_ops(self, ref: MessageRef, ops: list[Op], **extra: object) -> None:
-        """Settle an acknowledged reference: what must be written goes to ``ops``."""
+    def ack_ops(self, ref: MessageRef, ops: list[Op], tx: object = None, **extra: object) -> None:
+        """Settle an acknowledged reference: what must be written goes to ``ops``.
+        ``extra`` may name the consumer's ``protocol`` and ``session`` for the event; ``tx``
+        is accepted from callers and not an event field (DESIGN §8)."""
         if ref.rid:
             self.persistence.unref_ops(ref.rid, ref.message, ops)
         if self.events is not None:
             m = ref.message
-            self.events.emit("acked", m.id, m.address, m.size(), ref.queue.name, **extra)
+            self.events.emit(
+                "acked",
+                m.id,
+                m.address,
+                m.size(),
+                ref.queue.name,
+                trace_id=m.trace_id,
+                durable=m.durable,
+                delivery_count=ref.delivery_count,
+                **extra,
+            )
 
     def on_delivery_count(self, ref: MessageRef) -> None:
         if ref.rid:
@@ -173,7 +188,9 @@ class PostOffice:
         if ref.rid:
             self.persistence.unref_ops(ref.rid, ref.message, ops)
         dla = self.settings(ref.queue.address).dead_letter_address
-        self.dead_letter_message(ref.message, reason, detail, ops, dla, ref.queue.name)
+        self.dead_letter_message(
+            ref.message, reason, detail, ops, dla, ref.queue.name, ref.delivery_count
+        )
         self.persistence.write(ops, False)
 
     def dead_letter_message(
@@ -184,12 +201,25 @@ class PostOffice:
         ops: list[Op],
         dla: str | None = None,
         queue: str | None = None,
+        delivery_count: int | None = None,
     ) -> None:
+        """Copy ``msg`` to the dead-letter address with its original address and queue and
+        the reason as annotations; the copy keeps the trace id."""
         if dla is None:
             dla = self.settings(msg.address).dead_letter_address
+        if msg.trace_id is None:  # refused before it was routed (no route, unknown node)
+            msg.trace_id = f"{self.node_name}/{msg.id}"
         if self.events is not None:
             self.events.emit(
-                "dead-lettered", msg.id, msg.address, msg.size(), queue, reason=reason, dla=dla
+                "dead_lettered",
+                msg.id,
+                msg.address,
+                msg.size(),
+                queue,
+                trace_id=msg.trace_id,
+                durable=msg.durable,
+                reason=reason,
+                **({} if delivery_count is None else {"delivery_count": delivery_count}),
             )
         if not dla or dla == msg.address:
             log.warning(
@@ -203,13 +233,13 @@ class PostOffice:
         copy = msg.copy(self.ids(), dla)
         copy.expiration = 0
         copy.scheduled = 0
-        props = copy.properties
-        props.setdefault(ORIGINAL_ADDRESS, msg.address)
+        ann = copy.annotations
+        ann.setdefault(ORIGINAL_ADDRESS, msg.address)
         if queue is not None:
-            props.setdefault(ORIGINAL_QUEUE, queue)
-        props[DEAD_LETTER_REASON] = reason
+            ann.setdefault(ORIGINAL_QUEUE, queue)
+        ann[DEAD_LETTER_REASON] = reason
         if detail:
-            props[DEAD_LETTER_DETAIL] = detail
+            ann[DEAD_LETTER_DETAIL] = detail
         self._ensure_anycast(dla)
         self._route_local(copy, ops, dead_letter=True)
 
@@ -221,14 +251,23 @@ class PostOffice:
         target = self.settings(ref.queue.address).expiry_address
         if self.events is not None:
             self.events.emit(
-                "expired", msg.id, msg.address, msg.size(), ref.queue.name, expiry_address=target
+                "expired",
+                msg.id,
+                msg.address,
+                msg.size(),
+                ref.queue.name,
+                trace_id=msg.trace_id,
+                durable=msg.durable,
+                delivery_count=ref.delivery_count,
+                reason=EXPIRED,
             )
         if target and target != msg.address:
             copy = msg.copy(self.ids(), target)
             copy.expiration = 0
-            copy.properties.setdefault(ORIGINAL_ADDRESS, msg.address)
-            copy.properties.setdefault(ORIGINAL_QUEUE, ref.queue.name)
-            copy.properties[ACTUAL_EXPIRY] = now_ms()
+            ann = copy.annotations
+            ann.setdefault(ORIGINAL_ADDRESS, msg.address)
+            ann.setdefault(ORIGINAL_QUEUE, ref.queue.name)
+            ann[ACTUAL_EXPIRY] = now_ms()
             self._ensure_anycast(target)
             self._route_local(copy, ops, dead_letter=True)
         self.persistence.write(ops, False)
@@ -262,6 +301,7 @@ class PostOffice:
         auto_created: bool = False,
         qid: int | None = None,
         persist: bool = True,
+        subscriber: str = "",
     ) -> Queue:
         if name in self.queues:
             raise QueueExists(f"queue {name!r} already exists")
@@ -285,6 +325,7 @@ class PostOffice:
             owner=owner,
             auto_created=auto_created,
         )
+        q.subscriber = subscriber
         self.queues[name] = q
         self.by_id[q.id] = q
         if self.wildcard_routing and is_wildcard(address):
@@ -294,7 +335,15 @@ class PostOffice:
         self._route_cache.clear()
         if durable and persist:
             rec = QueueRecord(
-                q.id, name, address, routing, filter, exclusive, max_consumers, auto_created
+                q.id,
+                name,
+                address,
+                routing,
+                filter,
+                exclusive,
+                max_consumers,
+                auto_created,
+                subscriber,
             )
             self.persistence.write_bindings([self.persistence.queue_op(rec)], True)
         return q
@@ -404,6 +453,8 @@ class PostOffice:
         if depth > MAX_ROUTE_DEPTH:
             log.error("message %d: routing deeper than %d hops, dropped", msg.id, MAX_ROUTE_DEPTH)
             return False
+        if msg.trace_id is None:  # where the message first enters any node (DESIGN §8)
+            msg.trace_id = f"{self.node_name}/{msg.id}"
         address = msg.address
         if "::" in address:
             node, local = split_remote(address)
@@ -415,7 +466,15 @@ class PostOffice:
         if dup is not None and dup in self.dup_cache(address):
             log.debug("duplicate id %r on %s: message dropped", dup, address)
             if self.events is not None:
-                self.events.emit("duplicate", msg.id, address, msg.size(), duplicate_id=str(dup))
+                self.events.emit(
+                    "dropped",
+                    msg.id,
+                    address,
+                    msg.size(),
+                    trace_id=msg.trace_id,
+                    durable=msg.durable,
+                    reason=DUPLICATE,
+                )
             return False
         dup_op = self._duplicate_op(dup, address) if dup is not None else None
         repo = self.repo
@@ -429,15 +488,25 @@ class PostOffice:
                 and self.usage(address).memory_bytes >= s.max_size_bytes
             ):
                 if self.events is not None:
-                    self.events.emit("dropped", msg.id, address, msg.size(), reason=ADDRESS_FULL)
+                    self.events.emit(
+                        "dropped",
+                        msg.id,
+                        address,
+                        msg.size(),
+                        trace_id=msg.trace_id,
+                        durable=msg.durable,
+                        reason=ADDRESS_FULL,
+                    )
                 self._remember(dup, dup_op, address, ops)
                 return False
         # whatever can fail (encoding the message and its duplicate id) comes before the first
         # change (duplicate cache, queues), so a refused message leaves no trace; the journal
         # record reuses this encoding
         encoded = self._encode(msg) if msg.durable else None
-        if self.events is not None:
-            self.events.emit("accepted", msg.id, address, msg.size(), durable=msg.durable)
+        if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
+            self.events.emit(
+                "accepted", msg.id, address, msg.size(), trace_id=msg.trace_id, durable=msg.durable
+            )
         sync = False
         diverts = self._diverts_for(address) if self.diverts else ()
         if diverts:
@@ -445,15 +514,14 @@ class PostOffice:
             for d in diverts:
                 if d.applies(msg):
                     copy = d.divert(msg, self.ids())
-                    if self.events is not None:
+                    if self.events is not None:  # the copy: its id, its (target) address
                         self.events.emit(
                             "diverted",
-                            msg.id,
-                            address,
-                            msg.size(),
-                            divert=d.name,
-                            target=d.target,
-                            copy_id=copy.id,
+                            copy.id,
+                            copy.address,
+                            copy.size(),
+                            trace_id=copy.trace_id,
+                            durable=copy.durable,
                         )
                     sync |= self.route(copy, ops, None, depth + 1)
                     exclusive |= d.exclusive
@@ -519,13 +587,29 @@ class PostOffice:
                 sync = True
             q.add(MessageRef(msg, q, rid))
             if self.events is not None:
-                self.events.emit("routed", msg.id, address, msg.size(), q.name)
+                self.events.emit(
+                    "routed",
+                    msg.id,
+                    address,
+                    msg.size(),
+                    q.name,
+                    trace_id=msg.trace_id,
+                    durable=msg.durable,
+                )
         if not queues and not dead_letter:
             s = self.settings(address)
             if s.send_to_dla_on_no_route:
                 self.dead_letter_message(msg, NO_ROUTE, f"no queue bound to {address!r}", ops)
             elif self.events is not None:
-                self.events.emit("dropped", msg.id, address, msg.size(), reason=NO_ROUTE)
+                self.events.emit(
+                    "dropped",
+                    msg.id,
+                    address,
+                    msg.size(),
+                    trace_id=msg.trace_id,
+                    durable=msg.durable,
+                    reason=NO_ROUTE,
+                )
         return sync
 
     def _auto_create(self, address: str, routing: str | None) -> list[Queue]:
@@ -549,8 +633,9 @@ class PostOffice:
         if node not in self.remote_nodes:
             self.dead_letter_message(msg, UNKNOWN_NODE, f"no bridge to node {node!r}", ops)
             return msg.durable
-        msg.properties[ROUTE_TO_NODE] = node
-        msg.properties.setdefault(ORIGINAL_ADDRESS, address)
+        ann = msg.annotations
+        ann[ROUTE_TO_NODE] = node
+        ann.setdefault(ORIGINAL_ADDRESS, address)
         msg.address = SF_PREFIX + node
         self._ensure_anycast(msg.address)
         return self._route_local(msg, ops)
@@ -562,7 +647,17 @@ class PostOffice:
         sync = self.route(msg, ops, routing)
         if not ops:
             return None
-        return self.persistence.write(ops, sync)
+        fut = self.persistence.write(ops, sync)
+        if fut is not None and sync and self.events is not None:
+            fut.add_done_callback(lambda f: self._stored(msg, f))
+        return fut
+
+    def _stored(self, msg: Message, fut: asyncio.Future[None]) -> None:
+        """The ``stored`` event: the durable message is on disk."""
+        if self.events is not None and not fut.cancelled() and fut.exception() is None:
+            self.events.emit(
+                "stored", msg.id, msg.address, msg.size(), trace_id=msg.trace_id, durable=True
+            )
 
     def check_storable(self, msg: Message) -> None:
         """Raise InvalidMessage now if ``msg`` could not be stored when routed later (a

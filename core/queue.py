@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import msgpack
-
 from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
 from waystation.core.filter import Filter
-from waystation.core.message import GROUP_ID, Message, now_ms
+from waystation.core.message import Message, now_ms
 from waystation.core.reasons import MAX_DELIVERIES
 from waystation.core.settings import Resolved
 
@@ -94,6 +93,7 @@ class Queue:
         self.max_consumers = max_consumers
         self.owner = owner
         self.auto_created = auto_created
+        self.subscriber = ""  # a durable subscription's owner, "user/client-id"
         self.settings = ctx.settings(address)
         self._paging_enabled = self._pages(self.settings)
         self.usage = ctx.usage(address)
@@ -260,6 +260,8 @@ class Queue:
         auto_ack: bool = False,
         window: int | None = None,
         name: str = "",
+        credit: int = -1,
+        owner: object = None,
     ) -> Consumer:
         if self.deleted:
             raise ConsumerError(f"queue {self.name!r} has been deleted")
@@ -276,6 +278,8 @@ class Queue:
             auto_ack=auto_ack,
             window=self.settings.default_consumer_window if window is None else window,
             name=name,
+            credit=credit,
+            owner=owner,
         )
         self.consumers.append(c)
         self._simple = all(x.filter is None for x in self.consumers)
@@ -347,7 +351,7 @@ class Queue:
             if msg.expiration and msg.expired():
                 self.ctx.expire(ref)
                 continue
-            if msg.properties.get(GROUP_ID) is not None:
+            if msg.group() is not None:
                 # groups appear: put it back and switch to the selective path
                 self._levels[min(9, max(0, msg.priority))].appendleft(ref)
                 self._count += 1
@@ -392,7 +396,7 @@ class Queue:
 
     def _pick(self, ready: list[Consumer], ref: MessageRef) -> Consumer | None:
         msg = ref.message
-        group = msg.properties.get(GROUP_ID)
+        group = msg.group()
         if group is not None:
             gkey = str(group)
             owner = self._groups.get(gkey)
@@ -454,6 +458,14 @@ class Queue:
                 self._enqueue(ref, front=True)
         if delayed_any:
             self._arm_timer()
+
+    def requeue(self, refs: list[MessageRef]) -> None:
+        """Messages released unprocessed (AMQP released): back at the front in their order,
+        with no redelivery delay and no delivery attempt counted."""
+        for ref in reversed(refs):
+            if ref.delivery_count > 0:
+                ref.delivery_count -= 1
+            self._enqueue(ref, front=True)
 
     # -- maintenance ----------------------------------------------------------------------
     def expire_scan(self, now: int) -> int:

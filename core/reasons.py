@@ -13,6 +13,9 @@ NO_ROUTE = "no-route"
 UNKNOWN_NODE = "invalid-remote-node"
 ADDRESS_FULL = "address-full"
 
+# the consuming client refused the message for good (AMQP rejected, STOMP NACK past the limit)
+REJECTED = "rejected"
+
 # a remote end (a bridge's broker, a webhook) refused the message for good
 INVALID_REMOTE_DESTINATION = "invalid-remote-destination"
 REMOTE_AUTHORIZATION = "remote-authorization"
@@ -32,6 +35,7 @@ __all__ = [
     "MAX_DELIVERIES",
     "MESSAGE_TOO_LARGE",
     "NO_ROUTE",
+    "REJECTED",
     "REMOTE_AUTHENTICATION",
     "REMOTE_AUTHORIZATION",
     "REMOTE_REJECTED",

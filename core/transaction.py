@@ -19,7 +19,7 @@ class TransactionError(Exception):
 
 
 class Transaction:
-    __slots__ = ("id", "sends", "acks", "nacks", "state")
+    __slots__ = ("id", "sends", "acks", "nacks", "state", "bytes")
 
     def __init__(self, tx_id: str) -> None:
         self.id = tx_id
@@ -27,6 +27,7 @@ class Transaction:
         self.acks: list[MessageRef] = []
         self.nacks: list[MessageRef] = []
         self.state = "active"
+        self.bytes = 0  # size of the held sends, for the transaction size limit
 
     def _check(self) -> None:
         if self.state != "active":

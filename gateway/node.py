@@ -17,7 +17,8 @@ from waystation.bridges.manager import BridgeManager
 from waystation.config.units import to_ms
 from waystation.core.divert import DivertError
 from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
-from waystation.core.events import EventSink, JsonlEventLog
+from waystation.core.eventlog import EventLog, EventLogError
+from waystation.core.events import EventSink
 from waystation.core.queue import MULTICAST
 from waystation.core.security import Permission, SecurityManager, User
 from waystation.core.store.api import Journal
@@ -63,6 +64,7 @@ def engine_config(cfg: Config) -> EngineConfig:
         wildcard_routing=cfg.node.wildcard_routing,
         expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
         duplicate_cache_size=cfg.node.id_cache_size,
+        limits=cfg.limits.engine_limits(),
     )
 
 
@@ -132,17 +134,19 @@ class Node:
             )
         events: EventSink | None = None
         ev = cfg.node.event_log
-        if ev.enabled and ev.format != "jsonl":
-            raise NodeError(
-                f'node.event_log.format: {ev.format!r} is not supported yet; use "jsonl"'
-            )
         if ev.enabled:
-            events = JsonlEventLog(
-                cfg.node.event_log_dir,
-                cfg.node.name,
-                max_file_size=ev.max_file_size,
-                max_files=ev.max_files,
-            )
+            try:
+                events = EventLog(
+                    cfg.node.event_log_dir,
+                    cfg.node.name,
+                    format=ev.format,
+                    max_file_size=ev.max_file_size,
+                    max_files=ev.max_files,
+                    roll_interval=ev.roll_interval.total_seconds(),
+                    buffer_limit=ev.buffer_limit,
+                )
+            except EventLogError as e:
+                raise NodeError(f"node.event_log: {e}") from None
         self.engine = Engine(
             ecfg, journal, events=events, security=security_manager(cfg), bindings=bindings
         )

@@ -27,8 +27,10 @@ H_RECEIVED = "X-Tunnel-Received"  # upstream answer (and 409): upstream bytes th
 H_OFFSET = "X-Tunnel-Offset"  # downstream answer: stream offset of the body's first byte
 H_SENT = "X-Tunnel-Sent"  # 409 to a poll: downstream bytes the server has sent so far
 H_CLOSED = "X-Tunnel-Closed"  # downstream answer: the stream ends after this body
+H_TOKEN = "X-Tunnel-Token"  # every request after open: the secret open returned
 CONTENT_TYPE = "application/octet-stream"
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # 128 random bits, urlsafe base64
+TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # 256 random bits, urlsafe base64
 MAX_OFFSET_DIGITS = 19  # offsets fit in a signed 64-bit integer
 
 
@@ -53,15 +55,19 @@ def parse_offset(value: str | None, name: str) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SessionInfo:
-    """The JSON body of the answer to ``open``."""
+    """The JSON body of the answer to ``open``.  ``token`` binds the session to whoever
+    opened it: every later request carries it in :data:`H_TOKEN` (a header, not the URL,
+    so proxies' access logs, which record URLs and so the session id, do not hold it)."""
 
     session: str
     response_time: float
     session_timeout: float
+    token: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "session": self.session,
+            "token": self.token,
             "response_time": self.response_time,
             "session_timeout": self.session_timeout,
         }
@@ -74,8 +80,11 @@ class SessionInfo:
         sid = data.get("session")
         if not isinstance(sid, str) or not SESSION_ID.fullmatch(sid):
             raise ValueError(f"tunnel open: bad session id {sid!r}")
+        token = data.get("token")
+        if not isinstance(token, str) or not TOKEN.fullmatch(token):
+            raise ValueError("tunnel open: missing or malformed session token")
         try:
-            return cls(sid, float(data["response_time"]), float(data["session_timeout"]))
+            return cls(sid, float(data["response_time"]), float(data["session_timeout"]), token)
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"tunnel open: bad timing fields ({e})") from None
 
@@ -174,11 +183,13 @@ __all__ = [
     "H_OFFSET",
     "H_RECEIVED",
     "H_SENT",
+    "H_TOKEN",
     "MAX_OFFSET_DIGITS",
     "PARAM_ACK",
     "PARAM_OFFSET",
     "PARAM_PROTOCOL",
     "SESSION_ID",
+    "TOKEN",
     "DownstreamReceiver",
     "DownstreamSender",
     "OffsetError",

@@ -1,5 +1,8 @@
 """Header identifiers: names a selector resolves against message fields, not properties.
 
+Standard fields are headers too: ``JMSCorrelationID``, ``JMSReplyTo``, ``JMSType`` (the
+subject), ``JMSXGroupID``, ``JMSXGroupSeq``, ``JMSXUserID`` and ``WSTraceID``.
+
 JMS names (``JMSPriority``), HornetQ core names (``HQPriority``), Artemis names
 (``AMQPriority``) and our own (``WSPriority``) all work, so selectors written for those
 brokers run unchanged.  A header name always means the header: a message property with the
@@ -47,6 +50,21 @@ def _address(m: Message) -> object:
     return m.address
 
 
+def _trace_id(m: Message) -> object:
+    return m.trace_id
+
+
+def _with_legacy(field: str, prop: str) -> HeaderGetter:
+    """A standard field, or (for messages made before it was a field) the property that a
+    client used to send it as."""
+
+    def get(m: Message) -> object:
+        v = getattr(m, field)
+        return m.application_properties.get(prop) if v is None else v
+
+    return get
+
+
 def _aliases(getter: HeaderGetter, *names: str) -> dict[str, HeaderGetter]:
     return dict.fromkeys(names, getter)
 
@@ -60,6 +78,13 @@ HEADERS: dict[str, HeaderGetter] = {
     **_aliases(_size, "HQSize", "AMQSize", "WSSize"),
     **_aliases(_message_id, "JMSMessageID"),
     **_aliases(_address, "WSAddress"),
+    **_aliases(_with_legacy("correlation_id", "JMSCorrelationID"), "JMSCorrelationID"),
+    **_aliases(_with_legacy("reply_to", "JMSReplyTo"), "JMSReplyTo"),
+    **_aliases(_with_legacy("subject", "JMSType"), "JMSType"),
+    **_aliases(_trace_id, "WSTraceID"),
+    **_aliases(_with_legacy("group_id", "JMSXGroupID"), "JMSXGroupID", "WSGroupID"),
+    **_aliases(_with_legacy("group_sequence", "JMSXGroupSeq"), "JMSXGroupSeq", "WSGroupSeq"),
+    **_aliases(_with_legacy("user_id", "JMSXUserID"), "JMSXUserID", "WSUserID"),
 }
 
 

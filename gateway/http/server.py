@@ -2,53 +2,182 @@
 
 Each feature module has ``setup(app, ctx)``: it adds its routes and registers its own
 start and stop work on the app's signals, so this module knows none of them in detail.
+The features import what they share from :mod:`.context`, never this module, so there is
+no import cycle between the listener and what it mounts.
+
+Limits at the door (see docs/security.md), which aiohttp does not have:
+
+- ``max_connections`` / ``max_connections_per_address`` and the process's socket budget
+  (:mod:`waystation.gateway.admission`): a connection beyond them gets ``503`` naming the
+  limit, written at once, and is closed;
+- ``header_timeout``: a connection must complete a request's headers within it, counted
+  from connecting (a socket that sends nothing) or from the first byte of a request after
+  the previous one ended (slowloris); else ``408`` naming ``header_timeout`` and closed.
+  While a request is being handled (a long poll, a WebSocket) no such timer runs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import ssl
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+from aiohttp.web_protocol import RequestHandler
 
-from waystation.core.engine import Engine
-from waystation.gateway.stomp.session import SERVER_NAME, StompOptions
-
-if TYPE_CHECKING:
-    from waystation.config.listeners import HttpAcceptor
+from waystation.gateway.admission import Admission, peer_host
+from waystation.gateway.http import rest, sockjs, tunnel
+from waystation.gateway.http.context import CONTEXT, HttpContext, read_body
+from waystation.gateway.stomp.session import SERVER_NAME
+from waystation.gateway.websocket import stomp_ws
 
 log = logging.getLogger("waystation.http")
 
 
-@dataclass(slots=True)
-class HttpContext:
-    """What the HTTP features share: the engine, their config, and STOMP session options
-    (WebSocket, tunnel and SockJS sessions are STOMP sessions like TCP ones)."""
-
-    engine: Engine
-    cfg: HttpAcceptor
-    stomp: StompOptions
-    data_dir: Path | None  # None: persistence off (durable push registrations kept in memory)
+def _plain_response(status: str, text: str) -> bytes:
+    body = (text + "\n").encode()
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\nServer: {SERVER_NAME}\r\n\r\n"
+    )
+    return head.encode() + body
 
 
-CONTEXT = web.AppKey("context", HttpContext)
+class GuardedHandler(RequestHandler):
+    """aiohttp's connection handler with admission and a header deadline."""
+
+    def __init__(self, guard: Guard, manager: web.Server, **kwargs: Any) -> None:
+        super().__init__(manager, **kwargs)
+        self.guard = guard
+        self.host = "?"
+        self.admitted = False
+        self.refused = False
+        self.in_request = 0
+        self.header_timer: asyncio.TimerHandle | None = None
+        self.raw: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.host = peer_host(transport.get_extra_info("peername"))
+        why = self.guard.admission.admit(self.host)
+        if why is not None:
+            self.refused = True
+            t: Any = transport
+            t.write(_plain_response("503 Service Unavailable", why))
+            t.close()
+            return
+        self.admitted = True
+        self.raw = transport  # type: ignore[assignment]
+        super().connection_made(transport)
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return
+        if not self.in_request and self.header_timer is None:
+            self._arm()  # the first bytes of the next request: headers are due
+        super().data_received(data)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self.refused:
+            return
+        self._disarm()
+        if self.admitted:
+            self.admitted = False
+            self.guard.admission.release(self.host)
+        super().connection_lost(exc)
+
+    # -- the header deadline ---------------------------------------------------------------
+    def request_started(self) -> None:
+        self.in_request += 1
+        self._disarm()
+
+    def request_ended(self) -> None:
+        self.in_request -= 1
+
+    def _arm(self) -> None:
+        timeout = self.guard.header_timeout
+        if timeout > 0 and self.header_timer is None:
+            loop = asyncio.get_running_loop()
+            self.header_timer = loop.call_later(timeout, self._expired)
+
+    def _disarm(self) -> None:
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _expired(self) -> None:
+        self.header_timer = None
+        t = self.raw
+        if self.in_request or t is None or t.is_closing():
+            return
+        timeout = self.guard.header_timeout
+        self.guard.timed_out += 1
+        log.debug("HTTP %s: request headers not complete within %gs", self.host, timeout)
+        t.write(
+            _plain_response(
+                "408 Request Timeout",
+                f"header_timeout: request headers not complete within {timeout:g}s",
+            )
+        )
+        t.close()
 
 
-async def read_body(request: web.Request, limit: int) -> bytes | None:
-    """The request body, or None when it is over ``limit`` bytes (from Content-Length, or
-    while a chunked body is read).  aiohttp's ``client_max_size`` is one limit for the
-    whole app; this lets each route keep its own, smaller one."""
-    if request.content_length is not None and request.content_length > limit:
-        return None
-    body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            return None
-    return bytes(body)
+class Guard:
+    """The listener's admission and header deadline, and the protocol factory using them."""
+
+    def __init__(self, ctx: HttpContext) -> None:
+        cfg = ctx.cfg
+        self.admission = Admission("HTTP", cfg.max_connections, cfg.max_connections_per_address)
+        self.header_timeout = cfg.header_timeout.total_seconds()
+        self.timed_out = 0
+
+    def factory(self, server: web.Server) -> Any:
+        kwargs = server._kwargs  # what AppRunner would have given RequestHandler
+
+        def make() -> GuardedHandler:
+            return GuardedHandler(self, server, loop=asyncio.get_running_loop(), **kwargs)
+
+        return make
+
+
+@web.middleware
+async def _in_request(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Tell the connection a request's headers are complete (and when it is over)."""
+    proto = request.protocol
+    if not isinstance(proto, GuardedHandler):
+        return await handler(request)
+    proto.request_started()
+    try:
+        return await handler(request)
+    finally:
+        proto.request_ended()
+
+
+class GuardedSite(web.TCPSite):
+    """A TCPSite whose connections go through :class:`GuardedHandler`."""
+
+    def __init__(self, runner: web.AppRunner, guard: Guard, **kwargs: Any) -> None:
+        super().__init__(runner, **kwargs)
+        self.guard = guard
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)
+        loop = asyncio.get_running_loop()
+        server = self._runner.server
+        assert server is not None
+        self._server = await loop.create_server(
+            self.guard.factory(server),
+            self._host,
+            self._port,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            reuse_address=self._reuse_address,
+            reuse_port=self._reuse_port,
+        )
+        sockets = self._server.sockets
+        self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
@@ -59,18 +188,17 @@ class HttpServer:
     def __init__(
         self, ctx: HttpContext, host: str, port: int, tls: ssl.SSLContext | None = None
     ) -> None:
-        from waystation.gateway.http import rest, sockjs, tunnel
-        from waystation.gateway.websocket import stomp_ws
-
         self.ctx = ctx
         self.host = host
         self.port = port
         self.tls = tls
         cfg = ctx.cfg
+        self.guard = Guard(ctx)
         self.app = web.Application(  # the tunnel and SockJS enforce their own limits
             client_max_size=max(
                 cfg.rest.max_body_size, cfg.tunnel.max_request_size, cfg.sockjs.max_send_size
-            )
+            ),
+            middlewares=[_in_request],
         )
         self.app[CONTEXT] = ctx
         self.app.on_response_prepare.append(_server_header)
@@ -87,13 +215,18 @@ class HttpServer:
 
     async def start(self) -> None:
         self.runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=2.0
+            self.app,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=2.0,
+            keepalive_timeout=self.ctx.cfg.keepalive_timeout.total_seconds(),
         )
         await self.runner.setup()
-        self.site = web.TCPSite(
+        self.site = GuardedSite(
             self.runner,
-            self.host,
-            self.port,
+            self.guard,
+            host=self.host,
+            port=self.port,
             ssl_context=self.tls,
             reuse_address=True,
             backlog=1024,
@@ -114,4 +247,4 @@ class HttpServer:
             self.runner = None
 
 
-__all__ = ["CONTEXT", "HttpContext", "HttpServer", "read_body"]
+__all__ = ["CONTEXT", "GuardedHandler", "HttpContext", "HttpServer", "read_body"]

@@ -1,4 +1,11 @@
-"""STOMP over TCP: an asyncio protocol that feeds a ``StompSession`` and batches its writes."""
+"""STOMP over TCP: an asyncio protocol that feeds a ``StompSession`` and batches its writes.
+
+Limits at the door (see docs/security.md): a connection over ``max_connections`` (or
+``max_connections_per_address``, or the process's socket budget) gets an ERROR frame naming
+the limit and is closed before any session exists; one that has not completed CONNECT
+within ``connect_timeout`` gets an ERROR naming ``connect_timeout`` and is closed, so idle
+sockets cannot hold places (or file descriptors) for ever.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +13,68 @@ import asyncio
 import logging
 import socket
 import ssl
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from waystation.core.engine import Engine
+from waystation.gateway.admission import Admission, connect_deadline, peer_host
 from waystation.gateway.stomp.session import StompOptions, StompSession
+from waystation.wire.stomp import encode_frame
+
+if TYPE_CHECKING:
+    from waystation.config.listeners import StompAcceptor
 
 log = logging.getLogger("waystation.stomp")
 
 FLUSH_AT = 64 * 1024  # bytes buffered before a write is flushed without waiting for the loop
 
 
+@dataclass(frozen=True, slots=True)
+class ListenerLimits:
+    """``[acceptors.stomp]`` limits at the door (defaults as in the config)."""
+
+    connect_timeout: float = 10.0  # seconds to complete CONNECT; 0: no limit
+    max_connections: int = 10000
+    max_connections_per_address: int = 1000  # 0: no limit
+
+    @classmethod
+    def of(cls, acceptor: StompAcceptor) -> ListenerLimits:
+        return cls(
+            acceptor.connect_timeout.total_seconds(),
+            acceptor.max_connections,
+            acceptor.max_connections_per_address,
+        )
+
+
+def refusal_frame(why: str) -> bytes:
+    """An ERROR frame (STOMP 1.0 encoding: no version was agreed) saying why."""
+    return encode_frame(
+        "ERROR", {"message": why, "content-type": "text/plain"}, why.encode(), "1.0"
+    )
+
+
 class StompProtocol(asyncio.Protocol):
     """The ``Link`` for a TCP connection: writes made during one loop turn go out together."""
 
     def __init__(
-        self, engine: Engine, options: StompOptions, connections: set[StompProtocol]
+        self,
+        engine: Engine,
+        options: StompOptions,
+        connections: set[StompProtocol],
+        admission: Admission | None = None,
+        connect_timeout: float = 0.0,
     ) -> None:
         self.engine = engine
         self.options = options
         self.connections = connections
+        self.admission = admission
+        self.connect_timeout = connect_timeout
         self.transport: asyncio.Transport | None = None
         self.session: StompSession | None = None
         self.peer = "?"
+        self.host = "?"
+        self._admitted = False
+        self._connect_timer: asyncio.TimerHandle | None = None
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -42,15 +90,30 @@ class StompProtocol(asyncio.Protocol):
                 pass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.host = peer_host(peer)
+        if self.admission is not None:
+            why = self.admission.admit(self.host)
+            if why is not None:
+                self.transport.write(refusal_frame(why))
+                self.transport.close()
+                return
+            self._admitted = True
         self.connections.add(self)
         self.session = StompSession(self.engine, self, self.options)
+        self._connect_timer = connect_deadline(self.session, self.connect_timeout)
 
     def data_received(self, data: bytes) -> None:
-        assert self.session is not None
-        self.session.data_received(data)
+        if self.session is not None:
+            self.session.data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
+            self._connect_timer = None
+        if self._admitted and self.admission is not None:
+            self._admitted = False
+            self.admission.release(self.host)
         if self.session is not None:
             self.session.connection_lost()
 
@@ -113,19 +176,27 @@ class StompServer:
         port: int,
         options: StompOptions,
         tls: ssl.SSLContext | None = None,
+        limits: ListenerLimits | None = None,
     ) -> None:
         self.engine = engine
         self.host = host
         self.port = port
         self.options = options
         self.tls = tls
+        self.limits = limits or ListenerLimits()
+        self.admission = Admission(
+            "STOMP", self.limits.max_connections, self.limits.max_connections_per_address
+        )
         self.connections: set[StompProtocol] = set()
         self.server: asyncio.Server | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
+        timeout = self.limits.connect_timeout
         self.server = await loop.create_server(
-            lambda: StompProtocol(self.engine, self.options, self.connections),
+            lambda: StompProtocol(
+                self.engine, self.options, self.connections, self.admission, timeout
+            ),
             self.host,
             self.port,
             reuse_address=True,

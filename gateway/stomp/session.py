@@ -13,16 +13,20 @@ import logging
 import time
 from dataclasses import dataclass
 
-from waystation.core.consumer import ConsumerError, Delivery
-from waystation.core.engine import Engine, Subscription
+from waystation.core.authentication import authenticator
+from waystation.core.consumer import Consumer, ConsumerError, Delivery
+from waystation.core.engine import Engine
 from waystation.core.filter import FilterError
-from waystation.core.message import DEFAULT_PRIORITY, GROUP_ID, Message, PropertyValue, now_ms, property_text
+from waystation.core.limits import LimitExceeded
+from waystation.core.message import DESTINATION, now_ms
 from waystation.core.postoffice import AddressFull, RoutingError
 from waystation.core.queue import MULTICAST
-from waystation.core.security import AuthenticationError, NotAuthorized, Permission, Principal
-from waystation.core.transaction import Transaction, TransactionError
+from waystation.core.security import AuthenticationError, NotAuthorized, Principal
+from waystation.core.session import CreditMode, Outcome, Session, SessionError, Source
+from waystation.core.transaction import TransactionError
 from waystation.gateway.link import Link
 from waystation.gateway.stomp.destinations import format_destination, parse_destination
+from waystation.gateway.stomp.mapping import delivery_headers, message_from_send
 from waystation.wire.stomp import (
     Frame,
     Limits,
@@ -45,30 +49,6 @@ DURABLE_NAME_HEADERS = (
     "durable-subscriber-name",
 )
 WINDOW_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
-# SEND headers that steer the send rather than travel with the message
-_CONTROL_HEADERS = frozenset(
-    ("destination", "receipt", "transaction", "content-length", "persistent", "priority", "expires")
-)
-# headers that need work beyond being copied (checked only when one is present)
-_SEND_OPTIONS = frozenset(
-    ("priority", "expires", "AMQ_SCHEDULED_DELAY", "scheduled-delay", "JMSXGroupID")
-)
-_OWN_HEADERS = frozenset(
-    (
-        "destination",
-        "message-id",
-        "subscription",
-        "ack",
-        "content-length",
-        "persistent",
-        "priority",
-        "expires",
-        "redelivered",
-        "timestamp",
-    )
-)
-
-
 @dataclass(slots=True)
 class StompOptions:
     limits: Limits
@@ -91,7 +71,7 @@ class _Sub:
         "destination",
         "routing",
         "ack",
-        "sub",
+        "consumer",
         "durable_name",
         "last_address",
         "last_dest",
@@ -103,14 +83,13 @@ class _Sub:
         destination: str,
         routing: str | None,
         ack: str,
-        sub: Subscription,
         durable_name: str | None,
     ) -> None:
         self.id = sid
         self.destination = destination
         self.routing = routing
         self.ack = ack
-        self.sub = sub
+        self.consumer: Consumer = None  # type: ignore[assignment]  # set once subscribed
         self.durable_name = durable_name
         self.last_address = ""  # the destination header of the last delivery, reused
         self.last_dest = destination
@@ -127,10 +106,10 @@ class StompSession:
         self.closed = False
         self.principal: Principal | None = None
         self.client_id: str | None = None
+        self.session: Session | None = None  # the core session, from CONNECT on
         self.subs: dict[str, _Sub] = {}
-        self.txs: dict[str, Transaction] = {}
         self.pending_acks: dict[str, tuple[_Sub, int]] = {}
-        self._destinations: dict[str, tuple[str, str | None]] = {}  # parsed and send-authorized
+        self._destinations: dict[str, tuple[str, str | None]] = {}  # parsed and send-checked
         self._ack_seq = 0
         self._tail: asyncio.Future[None] | None = None  # last durable write not yet confirmed
         self._last_read = time.monotonic()
@@ -144,6 +123,7 @@ class StompSession:
         self._ttl_only = False
         self._paused_writing = False
         self._blocked_reading = False
+        self._authenticating: bytearray | None = None  # input held during a login check
         self.loop = asyncio.get_running_loop()
 
     # -- input ----------------------------------------------------------------------------
@@ -151,13 +131,16 @@ class StompSession:
         if self.closed:
             return
         self._read = True
+        if self._authenticating is not None:  # held until the login check answers
+            self._authenticating += data
+            return
         try:
             events = self.parser.feed(data)
             while events:
                 for ev in events:
                     if isinstance(ev, Frame):
                         self._handle(ev)
-                        if self.closed:
+                        if self.closed or self._authenticating is not None:
                             return
                 # the parser stops after CONNECT so the version is set before the rest
                 last = events[-1]
@@ -168,9 +151,9 @@ class StompSession:
                 )
         except StompError as e:
             self.fail(e.message, e.detail, e.receipt_id)
-        except Exception as e:  # a bug must not take the server down: report and close
+        except Exception:  # a bug must not take the server down: report and close
             log.exception("STOMP session %s: internal error", self.link.peer)
-            self.fail("internal error", repr(e))
+            self.fail("internal error", "the server failed to process the frame; see its log")
 
     def _handle(self, frame: Frame) -> None:
         cmd = frame.command
@@ -199,6 +182,8 @@ class StompSession:
             NotAuthorized,
             TransactionError,
             ConsumerError,
+            SessionError,
+            LimitExceeded,
             ValueError,
         ) as e:
             what = {
@@ -207,6 +192,8 @@ class StompSession:
                 NotAuthorized: "not authorized",
                 TransactionError: "transaction error",
                 ConsumerError: "subscription refused",
+                SessionError: "subscription refused",
+                LimitExceeded: "limit exceeded",
             }.get(type(e), "invalid request")
             if isinstance(e, FilterError):
                 what = "invalid selector"
@@ -237,9 +224,11 @@ class StompSession:
             if self.closed:
                 return
             if f.cancelled() or f.exception() is not None:
+                if not f.cancelled():
+                    log.warning("STOMP %s: store write failed: %s", self.link.peer, f.exception())
                 self.fail(
                     "store failure: message not persisted",
-                    str(f.exception() if not f.cancelled() else "cancelled"),
+                    "the node could not write the message to its store",
                     rid,
                 )
             else:
@@ -281,28 +270,21 @@ class StompSession:
         if self._hb_handle is not None:
             self._hb_handle.cancel()
             self._hb_handle = None
-        for tx in self.txs.values():
-            self.engine.rollback(tx)
-        self.txs.clear()
-        for s in list(self.subs.values()):
-            try:
-                self.engine.unsubscribe(s.sub)
-            except Exception:
-                log.exception("closing subscription %s", s.id)
         self.subs.clear()
         self.pending_acks.clear()
-        self.engine.close_owner(self)
+        if self.session is not None:
+            self.session.close()
 
     # -- flow control from the link -------------------------------------------------------
     def pause_writing(self) -> None:
         self._paused_writing = True
-        for s in self.subs.values():
-            s.sub.consumer.pause()
+        if self.session is not None:
+            self.session.pause()
 
     def resume_writing(self) -> None:
         self._paused_writing = False
-        for s in list(self.subs.values()):
-            s.sub.consumer.resume()
+        if self.session is not None:
+            self.session.resume()
 
     # -- CONNECT ---------------------------------------------------------------------------
     def _on_connect(self, frame: Frame) -> None:
@@ -328,14 +310,50 @@ class StompSession:
                 )
                 self.close()
                 return
+        auth = authenticator(self.engine)
+        login, passcode, peer = h.get("login"), h.get("passcode"), str(self.link.peer)
+        if not self.engine.security.enabled:
+            self._connected(frame, version, auth.authenticate_blocking(login, passcode, peer))
+            return
+        # the password hash runs off the loop; frames after CONNECT wait for its answer
+        self._authenticating = bytearray()
+        self.link.pause_reading()
+        task = self.loop.create_task(auth.authenticate(login, passcode, peer))
+        task.add_done_callback(lambda t: self._authenticated(t, frame, version))
+
+    def _authenticated(self, task: asyncio.Task[Principal], frame: Frame, version: str) -> None:
+        held, self._authenticating = self._authenticating, None
+        if self.closed:
+            return
+        if task.cancelled() or task.exception() is not None:
+            e = None if task.cancelled() else task.exception()
+            if not isinstance(e, AuthenticationError):
+                log.error("STOMP %s: login check failed: %r", self.link.peer, e)
+            self.fail("authentication failed", str(e) if isinstance(e, AuthenticationError) else "")
+            return
         try:
-            self.principal = self.engine.security.authenticate(h.get("login"), h.get("passcode"))
-        except AuthenticationError as e:
-            self.fail("authentication failed", str(e))
+            self._connected(frame, version, task.result())
+        except Exception:
+            log.exception("STOMP session %s: internal error", self.link.peer)
+            self.fail("internal error", "the server failed to process the frame; see its log")
+            return
+        self.link.resume_reading()
+        if not self.closed:
+            self.data_received(b"" if held is None else bytes(held))
+
+    def _connected(self, frame: Frame, version: str, principal: Principal) -> None:
+        h = frame.headers
+        self.principal = principal
+        self.client_id = h.get("client-id")
+        try:
+            self.session = self.engine.open_session(
+                self.principal, "stomp", str(self.link.peer), self.client_id
+            )
+        except LimitExceeded as e:
+            self.fail("limit exceeded", str(e))
             return
         self.version = version
         self.parser.version = version
-        self.client_id = h.get("client-id")
         headers = {"version": version, "server": SERVER_NAME, "session": f"{id(self):x}"}
         if version != "1.0":
             cx, cy = _parse_heartbeat(h.get("heart-beat", "0,0"))
@@ -391,57 +409,26 @@ class StompSession:
         dest = h.get("destination")
         if not dest:
             raise StompError("SEND frame has no destination header")
+        session = self.session
+        assert session is not None
         hit = self._destinations.get(dest)
         if hit is None:
             hit = parse_destination(dest)
-            assert self.principal is not None
-            security = self.engine.security
-            security.check(self.principal, Permission.SEND, hit[0])
-            if security.enabled and self._would_create_queue(hit[0], hit[1]):
-                security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, hit[0])
+            session.check_send(*hit)
             if len(self._destinations) < 1000:
                 self._destinations[dest] = hit
         address, routing = hit
-        props: dict[str, PropertyValue] = {}
-        special: list[str] = []
-        for k, v in h.items():
-            if k not in _CONTROL_HEADERS:
-                props[k] = v
-            if k in _SEND_OPTIONS:
-                special.append(k)
-        durable = h.get("persistent") == "true"
-        priority = DEFAULT_PRIORITY
-        expiration = 0
-        scheduled = 0
-        if special:  # the rarely used steering headers
-            if "priority" in h:
-                priority = _int_header(h, "priority", 0, 9)
-            if "expires" in h:
-                expiration = _int_header(h, "expires", 0, None)
-            delay = h.get("AMQ_SCHEDULED_DELAY") or h.get("scheduled-delay")
-            if delay is not None:
-                scheduled = now_ms() + _int_value("scheduled delay", delay)
-            if "JMSXGroupID" in props and GROUP_ID not in props:
-                props[GROUP_ID] = props["JMSXGroupID"]
-        msg = Message(
-            self.engine.ids(),
-            address,
-            frame.body,
-            props,
-            durable,
-            priority,
-            now_ms(),
-            expiration,
-            scheduled,
-        )
+        user = self.principal.name if self.engine.security.enabled and self.principal else None
+        msg = message_from_send(self.engine.ids(), address, h, frame.body, now_ms(), user=user)
         txid = h.get("transaction")
         if txid is not None:
-            self.engine.send(msg, routing=routing, tx=self._tx(txid))
+            self._tx(txid)
+            session.send(msg, routing=routing, tx=txid)
             self._receipt(frame)
             return
-        fut = self.engine.send(msg, routing=routing)
+        fut = session.send(msg, routing=routing)
         self._receipt(frame, fut)
-        gate = self.engine.blocked(address)
+        gate = session.blocked(address)
         if gate is not None and not self._blocked_reading:
             self._blocked_reading = True
             self.link.pause_reading()
@@ -451,12 +438,6 @@ class StompSession:
         self._blocked_reading = False
         if not self.closed:
             self.link.resume_reading()
-
-    def _would_create_queue(self, address: str, routing: str | None) -> bool:
-        """A send that auto-creates an anycast queue (which needs create_durable_queue)."""
-        if self.engine.queue(address) is not None or "::" in address:
-            return False
-        return (routing or self.engine.resolve_routing(address)) != MULTICAST
 
     # -- SUBSCRIBE / UNSUBSCRIBE ------------------------------------------------------------
     def _on_subscribe(self, frame: Frame) -> None:
@@ -477,11 +458,7 @@ class StompSession:
                 f"invalid ack mode {ack!r}: expected auto, client or client-individual"
             )
         address, routing = parse_destination(dest)
-        assert self.principal is not None
-        self.engine.security.check(self.principal, Permission.CONSUME, address)
         durable_name = next((h[k] for k in DURABLE_NAME_HEADERS if h.get(k)), None)
-        if durable_name and self.client_id and not durable_name.startswith(self.client_id + "."):
-            durable_name = f"{self.client_id}.{durable_name}"
         window: int | None = self.options.default_window
         for k in WINDOW_HEADERS:
             if k in h:
@@ -489,32 +466,24 @@ class StompSession:
                 if window < 0:
                     window = 0
                 break
-        if ack == "auto":
-            window = 0  # flow control comes from the socket (pause_writing)
+        session = self.session
+        assert session is not None
         routing = routing or self.engine.resolve_routing(address)
-        security = self.engine.security
-        if security.enabled:
-            if routing == MULTICAST:
-                if not durable_name:
-                    security.check(self.principal, Permission.CREATE_NON_DURABLE_QUEUE, address)
-                elif self.engine.queue(durable_name) is None:
-                    security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, address)
-            elif self.engine.queue(address) is None:
-                security.check(self.principal, Permission.CREATE_DURABLE_QUEUE, address)
-        s = _Sub(sid, dest, routing, ack, None, durable_name)  # type: ignore[arg-type]
-        s.sub = self.engine.subscribe(
-            address,
+        s = _Sub(sid, dest, routing, ack, durable_name)
+        s.consumer = session.subscribe(
+            Source(
+                address,
+                routing,
+                selector=h.get("selector"),
+                durable_name=durable_name if routing == MULTICAST else None,
+            ),
             _Handler(self, s),
-            routing=routing,
-            selector=h.get("selector"),
-            durable_name=durable_name if routing == MULTICAST else None,
-            auto_ack=ack == "auto",
+            mode=CreditMode.PRESETTLED if ack == "auto" else CreditMode.WINDOW,
             window=window,
-            owner=self,
             name=sid,
         )
         if self._paused_writing:
-            s.sub.consumer.pause()
+            s.consumer.pause()
         self.subs[sid] = s
         self._receipt(frame)
 
@@ -527,15 +496,11 @@ class StompSession:
         if s is None:
             raise StompError(f"no subscription with id {sid!r}")
         delete_durable = any(h.get(k) for k in DURABLE_NAME_HEADERS)
-        if delete_durable and self.engine.security.enabled:
-            assert self.principal is not None
-            self.engine.security.check(
-                self.principal, Permission.DELETE_DURABLE_QUEUE, s.sub.queue.address
-            )
         for key, (owner, _tag) in list(self.pending_acks.items()):
             if owner is s:
                 del self.pending_acks[key]
-        self.engine.unsubscribe(s.sub, delete_durable=delete_durable)
+        assert self.session is not None
+        self.session.unsubscribe(s.consumer, delete_durable=delete_durable)
         self._receipt(frame)
 
     # -- deliveries -------------------------------------------------------------------------
@@ -544,16 +509,7 @@ class StompSession:
         if self.options.text_only and not _is_text(msg.body):
             self._dead_letter_not_text(s, d)
             return
-        extra: dict[str, str] = {}
-        for k, v in msg.properties.items():
-            if k not in _OWN_HEADERS and v is not None:
-                extra[k] = v if isinstance(v, str) else property_text(v)
-        if msg.durable:
-            extra["persistent"] = "true"
-        if msg.priority != DEFAULT_PRIORITY:
-            extra["priority"] = str(msg.priority)
-        if msg.expiration:
-            extra["expires"] = str(msg.expiration)
+        extra = delivery_headers(msg)
         if d.ref.delivery_count > 1:
             extra["redelivered"] = "true"
         mid = str(msg.id)
@@ -566,7 +522,10 @@ class StompSession:
             else:
                 self.pending_acks[mid] = (s, d.tag)
         address = msg.address
-        if address == s.last_address:
+        sent_as = msg.annotation(DESTINATION)
+        if sent_as is not None and parse_destination(str(sent_as))[0] == address:
+            dest = str(sent_as)  # the form the SEND named (STOMP 1.2)
+        elif address == s.last_address:
             dest = s.last_dest
         else:
             dest = format_destination(address, s.routing) if s.routing else s.destination
@@ -575,10 +534,11 @@ class StompSession:
 
     def _dead_letter_not_text(self, s: _Sub, d: Delivery) -> None:
         detail = f"subscription {s.id!r} of session {self.link.peer} takes text only"
+        assert self.session is not None
         if s.ack == "auto":
-            self.engine.dead_letter_acknowledged(d.message, NOT_TEXT, detail)
+            self.session.dead_letter_copy(d.message, NOT_TEXT, detail)
         else:
-            self.engine.dead_letter_delivery(d.consumer, d.tag, NOT_TEXT, detail)
+            self.session.settle(d.consumer, d.tag, Outcome.REJECTED, reason=NOT_TEXT, detail=detail)
 
     # -- ACK / NACK ------------------------------------------------------------------------
     def _ack_target(self, frame: Frame) -> tuple[_Sub, int, str]:
@@ -597,19 +557,21 @@ class StompSession:
 
     def _on_ack(self, frame: Frame) -> None:
         s, tag, key = self._ack_target(frame)
-        tx = self._tx(frame.headers["transaction"]) if "transaction" in frame.headers else None
-        consumer = s.sub.consumer
-        if s.ack == "client":
-            consumer.ack_cumulative(tag, tx)
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._tx(txid)
+        session = self.session
+        assert session is not None
+        cumulative = s.ack == "client"
+        if cumulative:
             for k, (owner, t) in list(self.pending_acks.items()):
                 if owner is s and t <= tag:
                     del self.pending_acks[k]
         else:
             del self.pending_acks[key]
-            consumer.ack(tag, tx)
-        consumer.queue.dispatch()
-        if "receipt" in frame.headers and tx is None and s.sub.queue.durable:
-            self._receipt(frame, asyncio.ensure_future(self.engine.flush()))
+        session.settle(s.consumer, tag, Outcome.ACCEPTED, cumulative=cumulative, tx=txid)
+        if "receipt" in frame.headers and txid is None and s.consumer.queue.durable:
+            self._receipt(frame, asyncio.ensure_future(session.flush()))
         else:
             self._receipt(frame)
 
@@ -617,17 +579,18 @@ class StompSession:
         if self.version == "1.0":
             raise StompError("NACK is not part of STOMP 1.0")
         s, tag, key = self._ack_target(frame)
-        tx = self._tx(frame.headers["transaction"]) if "transaction" in frame.headers else None
+        txid = frame.headers.get("transaction")
+        if txid is not None:
+            self._tx(txid)
         del self.pending_acks[key]
-        s.sub.consumer.nack(tag, tx)
+        assert self.session is not None
+        self.session.settle(s.consumer, tag, Outcome.MODIFIED, tx=txid)
         self._receipt(frame)
 
     # -- transactions ------------------------------------------------------------------------
-    def _tx(self, txid: str) -> Transaction:
-        tx = self.txs.get(txid)
-        if tx is None:
+    def _tx(self, txid: str) -> None:
+        if self.session is None or txid not in self.session.transactions:
             raise StompError(f"unknown transaction {txid!r}")
-        return tx
 
     def _txid(self, frame: Frame) -> str:
         txid = frame.headers.get("transaction")
@@ -637,23 +600,23 @@ class StompSession:
 
     def _on_begin(self, frame: Frame) -> None:
         txid = self._txid(frame)
-        if txid in self.txs:
+        assert self.session is not None
+        if txid in self.session.transactions:
             raise StompError(f"transaction {txid!r} is already active")
-        self.txs[txid] = self.engine.begin(txid)
+        self.session.begin(txid)
         self._receipt(frame)
 
     def _on_commit(self, frame: Frame) -> None:
         txid = self._txid(frame)
-        tx = self._tx(txid)
-        del self.txs[txid]
-        fut = self.engine.commit(tx)
-        self._receipt(frame, fut)
+        self._tx(txid)
+        assert self.session is not None
+        self._receipt(frame, self.session.commit(txid))
 
     def _on_abort(self, frame: Frame) -> None:
         txid = self._txid(frame)
-        tx = self._tx(txid)
-        del self.txs[txid]
-        self.engine.rollback(tx)
+        self._tx(txid)
+        assert self.session is not None
+        self.session.rollback(txid)
         self._receipt(frame)
 
     # -- DISCONNECT ------------------------------------------------------------------------

@@ -16,7 +16,8 @@ import weakref
 
 from aiohttp import WSMsgType, web
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.admission import connect_deadline
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.queued_link import SLICE, QueuedLink, feed
 from waystation.gateway.stomp.session import StompSession
 
@@ -105,6 +106,7 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
         link = QueuedLink(peer_of(request))
         session = StompSession(ctx.engine, link, ctx.stomp)
         link.target = session
+        login = connect_deadline(session, cfg.connect_timeout.total_seconds())
         pump = asyncio.ensure_future(_pump(ws, link))
         resumed = functools.partial(input_resumed, link, request)
         reading = link.reading
@@ -123,6 +125,8 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
                 if not reading.is_set() and not await resumed():
                     break  # took no more messages while input was held, and the client left
         finally:
+            if login is not None:
+                login.cancel()
             await finish(ws, link, session, pump)
         return ws
 

@@ -139,7 +139,8 @@ def test_a_request_that_never_ends_does_not_keep_its_session_alive(node, run):
             with socket.create_connection(("127.0.0.1", node.http_port)) as s:
                 s.sendall(
                     f"POST /tunnel/{raw.sid}/up?offset={len(CONNECT)} HTTP/1.1\r\n"
-                    "Host: x\r\nContent-Length: 100\r\n\r\n\n".encode()
+                    f"Host: x\r\nX-Tunnel-Token: {http.headers['X-Tunnel-Token']}\r\n"
+                    "Content-Length: 100\r\n\r\n\n".encode()
                 )
                 await asyncio.sleep(RESPONSE_TIME + SESSION_TIMEOUT + 1.5)
                 status, _, text = await raw.up(len(CONNECT), b"")
@@ -241,21 +242,27 @@ def test_max_sessions_refuses_more_with_503(big_node, run):
         base = big_node.http_url + "/tunnel"
         async with aiohttp.ClientSession() as http:
             opened: list[str] = []
+            tokens: dict[str, dict[str, str]] = {}  # session -> its X-Tunnel-Token header
             while True:
                 async with http.post(base + "/open", params={"protocol": "stomp"}) as r:
                     if r.status == 503:
                         text = await r.text()
                         break
                     assert r.status == 201 and len(opened) < 4
-                    opened.append((await r.json())["session"])
+                    info = await r.json()
+                    opened.append(info["session"])
+                    tokens[info["session"]] = {"X-Tunnel-Token": info["token"]}
             assert "too many tunnel sessions (max_sessions = 4)" in text
-            async with http.delete(f"{base}/{opened.pop()}") as r:
+            sid = opened.pop()
+            async with http.delete(f"{base}/{sid}", headers=tokens[sid]) as r:
                 assert r.status == 204
             async with http.post(base + "/open", params={"protocol": "stomp"}) as r:
                 assert r.status == 201  # a place came free
-                opened.append((await r.json())["session"])
+                info = await r.json()
+                opened.append(info["session"])
+                tokens[info["session"]] = {"X-Tunnel-Token": info["token"]}
             for sid in opened:
-                async with http.delete(f"{base}/{sid}") as r:
+                async with http.delete(f"{base}/{sid}", headers=tokens[sid]) as r:
                     assert r.status == 204
 
     run(go(), 20)

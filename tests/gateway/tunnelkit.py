@@ -111,6 +111,9 @@ class RawTunnel:
             assert r.status == 201, await r.text()
             info: dict[str, object] = await r.json()
         self.sid = str(info["session"])
+        # the session's secret goes with every later request of this client (this kit's
+        # helpers and any other request made through the same aiohttp session)
+        self.http.headers["X-Tunnel-Token"] = str(info["token"])
         return info
 
     async def up(self, offset: int, data: bytes) -> tuple[int, dict[str, str], str]:

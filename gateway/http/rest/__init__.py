@@ -21,7 +21,8 @@ URL; 400 bad parameter, selector or XML (the text says which); 401 credentials (
 ``WWW-Authenticate``); 403 permission; 404 unknown destination or resource; 405 wrong method;
 409 name taken (or a durable subscription's selector differs); 412 stale consumer link (with the right one); 413 body over
 ``max_body_size``; 503 no message yet (``Retry-After``), address full (FAIL policy), too
-many consumers or the server stopping; 507 a durable registration or subscription could not
+many consumers (``max_consumers``, or ``max_consumers_per_user`` / ``_per_address``: the
+text names which) or the server stopping; 507 a durable registration or subscription could not
 be stored.
 """
 
@@ -29,11 +30,11 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.rest import consumers, destinations, producer, pulling, pushes
-from waystation.gateway.http.rest.pull import Registry
+from waystation.gateway.http.rest.pull import Owners, Registry
 from waystation.gateway.http.rest.service import SERVICE, RestService
 from waystation.gateway.http.rest.substore import DIRECTORY, SubscriptionStore
-from waystation.gateway.http.server import HttpContext
 
 
 def setup(app: web.Application, ctx: HttpContext) -> None:
@@ -41,7 +42,10 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     cfg = ctx.cfg.rest
     svc = RestService(ctx.engine, cfg, ctx.data_dir)
     store = SubscriptionStore(ctx.data_dir / DIRECTORY if ctx.data_dir else None)
-    registry = Registry(ctx.engine, cfg.session_timeout_task_interval.total_seconds(), store)
+    owners = Owners(cfg.max_consumers_per_user, cfg.max_consumers_per_address)
+    registry = Registry(
+        ctx.engine, cfg.session_timeout_task_interval.total_seconds(), store, owners
+    )
     manager = pushes.PushManager(svc)
     app[SERVICE] = svc
     app[consumers.REGISTRY] = registry

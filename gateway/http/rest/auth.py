@@ -1,8 +1,11 @@
 """HTTP Basic credentials -> the engine's Principal, and permission checks on it.
 
-The same ``SecurityManager`` as STOMP's CONNECT decides, so a user has the same rights over
-HTTP as over STOMP.  With security off everybody passes (the engine's embedded default).
-Missing or wrong credentials -> 401 with ``WWW-Authenticate``; a missing permission -> 403.
+The engine's :class:`~waystation.core.authentication.Authenticator` decides, as for STOMP's
+CONNECT, so a user has the same rights (and the same login throttle) over HTTP as over
+STOMP; the password hash runs in its worker threads.  With security off everybody passes
+(the engine's embedded default).  Missing or wrong credentials -> 401 with
+``WWW-Authenticate`` and the one text ``authentication failed`` (a throttled source or
+login adds when to retry); a missing permission -> 403.
 """
 
 from __future__ import annotations
@@ -12,27 +15,48 @@ import binascii
 
 from aiohttp import hdrs, web
 
+from waystation.core.authentication import authenticator
 from waystation.core.engine import Engine
 from waystation.core.security import AuthenticationError, NotAuthorized, Permission, Principal
 from waystation.gateway.http.rest.errors import fail, unauthorized
 
 
-def principal(request: web.Request, engine: Engine) -> Principal:
-    """Who sent ``request`` (raises 401 when security is on and credentials are bad)."""
-    security = engine.security
+def _credentials(request: web.Request, engine: Engine) -> tuple[str | None, str | None]:
     header = request.headers.get(hdrs.AUTHORIZATION)
-    login: str | None = None
-    password: str | None = None
-    if header:
-        try:
-            login, password = decode_basic(header)
-        except ValueError as e:
-            if security.enabled:
-                raise unauthorized(f"unusable Authorization header: {e}") from None
+    if not header:
+        return None, None
     try:
-        return security.authenticate(login, password)
+        return decode_basic(header)
+    except ValueError as e:
+        if engine.security.enabled:
+            raise unauthorized(f"unusable Authorization header: {e}") from None
+        return None, None
+
+
+def source_of(request: web.Request) -> str:
+    """The peer's address as the socket says (never a forwarded-for header: a client
+    could name any address there and so dodge the per-source throttle)."""
+    return request.remote or "?"
+
+
+async def who(request: web.Request, engine: Engine) -> Principal:
+    """Who sent ``request`` (401 when security is on and credentials are bad); the hash
+    runs off the event loop."""
+    login, password = _credentials(request, engine)
+    try:
+        return await authenticator(engine).authenticate(login, password, source_of(request))
     except AuthenticationError as e:
-        raise unauthorized(f"authentication failed: {e}") from None
+        raise unauthorized(str(e)) from None
+
+
+def principal(request: web.Request, engine: Engine) -> Principal:
+    """Synchronous :func:`who` for callers not yet async: same throttle and answers, but
+    the hash runs on the loop.  Prefer ``await who(...)``."""
+    login, password = _credentials(request, engine)
+    try:
+        return authenticator(engine).authenticate_blocking(login, password, source_of(request))
+    except AuthenticationError as e:
+        raise unauthorized(str(e)) from None
 
 
 def decode_basic(header: str) -> tuple[str, str]:
@@ -70,4 +94,4 @@ def check_any(
     )
 
 
-__all__ = ["check", "check_any", "decode_basic", "principal"]
+__all__ = ["check", "check_any", "decode_basic", "principal", "source_of", "who"]

@@ -84,12 +84,21 @@ def _open(
     durable_name: str | None = None,
     timeout: float | None = None,
     delete_when_idle: bool = False,
+    host: str = "?",
 ) -> PullConsumer:
     engine = svc.engine
     if reg.stopping:
         raise fail(web.HTTPServiceUnavailable, "the server is stopping")
     if len(reg) >= svc.cfg.max_consumers:
-        raise fail(web.HTTPServiceUnavailable, f"too many REST consumers ({svc.cfg.max_consumers})")
+        raise fail(
+            web.HTTPServiceUnavailable,
+            f"too many REST consumers (max_consumers = {svc.cfg.max_consumers})",
+            {"Retry-After": "5"},
+        )
+    user = who.name if engine.security.enabled else ""
+    why = reg.owners.refusal(user, host, "REST consumers")
+    if why is not None:
+        raise fail(web.HTTPServiceUnavailable, why, {"Retry-After": "5"})
     security = engine.security
     name = paths.name
     auth.check(engine, who, Permission.CONSUME, name)
@@ -110,6 +119,7 @@ def _open(
         durable_name=durable_name,
         delete_when_idle=delete_when_idle,
     )
+    c.owner = (user, host)
     sub = engine.subscribe(
         name,
         c,
@@ -139,7 +149,7 @@ async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsu
     """The consumer in the URL -> (consumer, paths, re-attached after a restart)."""
     svc = request.app[SERVICE]
     reg = request.app[REGISTRY]
-    who = auth.principal(request, svc.engine)
+    who = await auth.who(request, svc.engine)
     paths = _paths(request)
     cid = request.match_info["cid"]
     if auto_ack is None:
@@ -153,7 +163,8 @@ async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsu
         q = svc.engine.queue(cid)
         assert q is not None
         selector = q.filter.text if q.filter is not None else None
-        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, durable_name=cid)
+        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, durable_name=cid,
+                  host=auth.source_of(request))  # fmt: skip
         return c, paths, True
     links = svc.links(request)
     factory = "pull-consumers" if paths.kind == QUEUES else "pull-subscriptions"
@@ -172,7 +183,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     reg = request.app[REGISTRY]
     paths = svc.destination(request)
-    who = auth.principal(request, svc.engine)
+    who = await auth.who(request, svc.engine)
     p = await params(request)
     auto_ack = parse_bool("autoAck", p.get("autoAck"), True)
     selector = p.get("selector") or None
@@ -190,11 +201,12 @@ async def create(request: web.Request) -> web.StreamResponse:
     if durable_name is not None:
         status, c = await _durable(
             svc, reg, who, paths, durable_name, auto_ack, selector,
-            timeout=timeout, delete_when_idle=delete_when_idle,
+            timeout=timeout, delete_when_idle=delete_when_idle, host=auth.source_of(request),
         )  # fmt: skip
     else:
         cid = uuid.uuid4().hex
-        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, timeout=timeout)
+        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, timeout=timeout,
+                  host=auth.source_of(request))  # fmt: skip
     links = next_links(svc.links(request), c, paths)
     headers = links.headers()
     headers["Location"] = links.url(paths.consumer(c.auto_ack, c.id))
@@ -212,6 +224,7 @@ async def _durable(
     *,
     timeout: float | None,
     delete_when_idle: bool,
+    host: str,
 ) -> tuple[int, PullConsumer]:
     """Create, re-create or find the durable subscription ``name`` -> (status, consumer)."""
     live = reg.get(name)
@@ -237,12 +250,14 @@ async def _durable(
         live.touch()
         return 200, live
     c = _open(svc, reg, who, paths, name, auto_ack, selector=selector, durable_name=name,
-              timeout=timeout, delete_when_idle=delete_when_idle)  # fmt: skip
+              timeout=timeout, delete_when_idle=delete_when_idle, host=host)  # fmt: skip
     try:
         await reg.subscriptions.add(name, paths.name)
     except OSError as e:
         reg.remove(c, delete_durable=q is None)  # a queue made just now goes again
-        raise fail(web.HTTPInsufficientStorage, f"subscription not stored: {e}") from None
+        raise fail(
+            web.HTTPInsufficientStorage, f"subscription not stored: {e.strerror or 'storage error'}"
+        ) from None
     return 201, c
 
 
@@ -259,7 +274,7 @@ async def delete(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     c, paths, _ = await lookup(request, None)
     if c.durable_name is not None and svc.engine.security.enabled:
-        who = auth.principal(request, svc.engine)
+        who = await auth.who(request, svc.engine)
         auth.check(svc.engine, who, Permission.DELETE_DURABLE_QUEUE, paths.name)
     request.app[REGISTRY].remove(c, delete_durable=c.durable_name is not None)
     return web.Response(status=204)

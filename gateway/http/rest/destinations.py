@@ -35,7 +35,7 @@ from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xm
 async def head_destination(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     paths = svc.destination(request)
-    who = auth.principal(request, svc.engine)
+    who = await auth.who(request, svc.engine)
     perms = (Permission.SEND, Permission.CONSUME, Permission.BROWSE)
     auth.check_any(svc.engine, who, perms, paths.name)
     links = destination_links(svc.links(request), paths)
@@ -54,7 +54,7 @@ async def head_destination(request: web.Request) -> web.StreamResponse:
 async def create_queue(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     engine = svc.engine
-    who = auth.principal(request, engine)
+    who = await auth.who(request, engine)
     root = parse_xml(await read_body(request, MAX_XML), "queue")
     name = _name(root, "queue")
     durable = xml_bool(root, "durable", True)
@@ -80,7 +80,7 @@ async def create_queue(request: web.Request) -> web.StreamResponse:
 async def create_topic(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     engine = svc.engine
-    who = auth.principal(request, engine)
+    who = await auth.who(request, engine)
     root = parse_xml(await read_body(request, MAX_XML), "topic")
     name = _name(root, "topic")
     auth.check(engine, who, Permission.CREATE_NON_DURABLE_QUEUE, name)

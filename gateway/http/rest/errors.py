@@ -49,7 +49,7 @@ def guarded(handler: Handler) -> Handler:
         except web.HTTPException:
             raise
         except AuthenticationError as e:
-            raise unauthorized(f"authentication failed: {e}") from None
+            raise unauthorized(str(e)) from None
         except NotAuthorized as e:
             raise fail(web.HTTPForbidden, f"not authorized: {e}") from None
         except RoutingError as e:
@@ -67,8 +67,13 @@ def guarded(handler: Handler) -> Handler:
         except ValueError as e:
             raise fail(web.HTTPBadRequest, f"invalid request: {e}") from None
         except Exception as e:
-            log.exception("REST %s %s: internal error", request.method, request.path)
-            raise fail(web.HTTPInternalServerError, f"internal error: {e!r}") from None
+            # the text of a bug's exception stays in the log: it can carry paths, object
+            # addresses or another client's data
+            ref = f"{id(e) & 0xFFFFFF:06x}"
+            log.exception("REST %s %s: internal error (ref %s)", request.method, request.path, ref)
+            raise fail(
+                web.HTTPInternalServerError, f"internal error (ref {ref}; see the server log)"
+            ) from None
 
     return wrapper
 

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from waystation.core.consumer import Consumer, Delivery
@@ -59,6 +60,7 @@ class PullConsumer:
         self.timeout = timeout
         self.durable_name = durable_name
         self.delete_when_idle = delete_when_idle
+        self.owner: tuple[str, str] = ("", "")  # (user, source host) counted in Owners
         self.sub: Subscription | None = None
         self.lock = asyncio.Lock()
         self.closed = False
@@ -154,14 +156,58 @@ def _resolve_none(fut: asyncio.Future[Delivery | None]) -> None:
         fut.set_result(None)
 
 
+class Owners:
+    """Places held per user and per source host, so that no one client (and no flood of
+    unauthenticated or anonymous requests from one address) can take every place."""
+
+    def __init__(self, per_user: int, per_host: int) -> None:
+        self.per_user = per_user
+        self.per_host = per_host
+        self.users: Counter[str] = Counter()
+        self.hosts: Counter[str] = Counter()
+
+    def refusal(self, user: str, host: str, what: str) -> str | None:
+        """Why ``user`` at ``host`` may not take one more place (naming the limit)."""
+        if user and self.users[user] >= self.per_user:
+            return f"too many {what} for user {user!r} (max_consumers_per_user = {self.per_user})"
+        if self.hosts[host] >= self.per_host:
+            return (
+                f"too many {what} from your address (max_consumers_per_address = {self.per_host})"
+            )
+        return None
+
+    def take(self, owner: tuple[str, str]) -> None:
+        user, host = owner
+        if user:
+            self.users[user] += 1
+        self.hosts[host] += 1
+
+    def give_back(self, owner: tuple[str, str]) -> None:
+        for counter, key in ((self.users, owner[0]), (self.hosts, owner[1])):
+            if not key:
+                continue
+            n = counter[key] - 1
+            if n > 0:
+                counter[key] = n
+            else:
+                counter.pop(key, None)
+
+
 class Registry:
     """Live pull consumers by id, the durable subscriptions REST made, and the reaper that
     closes idle consumers."""
 
-    def __init__(self, engine: Engine, interval: float, subscriptions: SubscriptionStore) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        interval: float,
+        subscriptions: SubscriptionStore,
+        owners: Owners | None = None,
+    ) -> None:
         self.engine = engine
         self.interval = interval
         self.subscriptions = subscriptions
+        self.owners = owners or Owners(1 << 62, 1 << 62)
         self.consumers: dict[str, PullConsumer] = {}
         self.stopping = False
         self._task: asyncio.Task[None] | None = None
@@ -178,10 +224,12 @@ class Registry:
 
     def add(self, c: PullConsumer) -> None:
         self.consumers[c.id] = c
+        self.owners.take(c.owner)
 
     def remove(self, c: PullConsumer, *, delete_durable: bool = False) -> None:
         if self.consumers.get(c.id) is c:
             del self.consumers[c.id]
+            self.owners.give_back(c.owner)
         c.close(self.engine, delete_durable=delete_durable)
         if delete_durable and c.durable_name is not None:
             self.subscriptions.discard(c.durable_name)
@@ -229,4 +277,4 @@ class Registry:
                 log.exception("REST consumer reaper")
 
 
-__all__ = ["PullConsumer", "Registry", "Snapshot"]
+__all__ = ["Owners", "PullConsumer", "Registry", "Snapshot"]

@@ -26,12 +26,16 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-
 from waystation.core.consumer import Delivery
 from waystation.gateway.http.rest.consumers import lookup, next_links, params
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import Paths
-from waystation.gateway.http.rest.mapping import DELIVERY_COUNT, message_headers, parse_bool, parse_seconds
+from waystation.gateway.http.rest.mapping import (
+    DELIVERY_COUNT,
+    message_headers,
+    parse_bool,
+    parse_seconds,
+)
 from waystation.gateway.http.rest.pull import PullConsumer, Snapshot
 from waystation.gateway.http.rest.service import SERVICE, RestService
 

@@ -11,7 +11,9 @@ attempt:
   message goes back to the queue), otherwise a new round of retries starts after a pause
   that doubles each round up to :data:`MAX_ROUND_PAUSE` (the message is never dropped).  The
   log says when a registration starts failing and when it delivers again, not every attempt;
-- any other status (4xx...): the message is dead-lettered with a reason
+- a target outside ``push_allow`` (see :mod:`.pushguard`), checked as the connection is
+  made, and any other status (4xx, 3xx: redirects are not followed): the message is
+  dead-lettered with a reason
   (``remote-authentication`` 401, ``remote-authorization`` 403,
   ``invalid-remote-destination`` 404/410, ``message-too-large`` 413, else
   ``remote-rejected``) and the registration goes on.
@@ -49,6 +51,7 @@ from waystation.core.reasons import (
 )
 from waystation.gateway.http.rest.links import QUEUES
 from waystation.gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
+from waystation.gateway.http.rest.pushguard import PushGuard, TargetRefused, refused_in
 from waystation.gateway.http.rest.registration import DESTINATION, Registration
 
 log = logging.getLogger("waystation.rest.push")
@@ -85,8 +88,10 @@ class Pusher:
         session: Callable[[], aiohttp.ClientSession],
         timeout: float,
         on_disabled: Callable[[Registration], None],
+        guard: PushGuard | None = None,
     ) -> None:
         self.reg = reg
+        self.guard = guard or PushGuard([])
         self.engine = engine
         self._session = session
         self.timeout = aiohttp.ClientTimeout(total=timeout)
@@ -249,13 +254,18 @@ class Pusher:
             headers[name] = value
         headers.update(self._auth())
         try:
+            self.guard.check_literal(url)  # names are checked by the session's resolver
             async with self._session().request(
-                method, url, data=msg.body, headers=headers, timeout=self.timeout
-            ) as resp:
+                method, url, data=msg.body, headers=headers, timeout=self.timeout,
+                allow_redirects=False,  # a redirect must not lead past the allow-list
+            ) as resp:  # fmt: skip
                 await resp.read()
                 status = resp.status
                 text = resp.reason or ""
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as e:
+            refused = e if isinstance(e, TargetRefused | ValueError) else refused_in(e)
+            if refused is not None:
+                raise Rejected(0, f"{method} {url}: {refused}") from None
             raise Transient(f"{url}: {e!r}") from None
         if 200 <= status < 300:
             return
@@ -275,14 +285,18 @@ class Pusher:
             return self._create_template
         href = self.reg.href
         try:
+            self.guard.check_literal(href)
             async with self._session().head(
-                href, headers=self._auth(), timeout=self.timeout
+                href, headers=self._auth(), timeout=self.timeout, allow_redirects=False
             ) as resp:
                 status = resp.status
                 found = resp.headers.get("msg-create-with-id")
                 if found is None and "create-with-id" in resp.links:
                     found = str(resp.links["create-with-id"]["url"])
         except (aiohttp.ClientError, TimeoutError, OSError) as e:
+            refused = e if isinstance(e, TargetRefused) else refused_in(e)
+            if refused is not None:
+                raise Rejected(0, f"HEAD {href}: {refused}") from None
             raise Transient(f"HEAD {href}: {e!r}") from None
         if status >= 500 or status in _TRANSIENT:
             raise Transient(f"HEAD {href} answered {status}")

@@ -3,7 +3,9 @@
 - ``POST /queues/{q}/push-consumers`` (``push-registration``) or
   ``POST /topics/{t}/push-subscriptions`` (``push-topic-registration``), XML body: 201 with
   ``Location``.  Needs consume on the destination (and, for a topic, create_durable_queue or
-  create_non_durable_queue for its subscription).  A bad document -> 400 saying why; a durable
+  create_non_durable_queue for its subscription).  A target outside ``push_allow`` (see
+  :mod:`.pushguard`) -> 400; more than ``max_consumers_per_user`` / ``_per_address``
+  registrations -> 503 naming the limit.  A bad document -> 400 saying why; a durable
   one that cannot be stored -> 507, and nothing was started.
 - Re-registering: a POST whose root carries the ``id`` of a registration of the same
   destination (the document ``GET`` returns, corrected as needed) replaces it and enables it
@@ -37,7 +39,9 @@ from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import TOPICS, Paths, kind_of
 from waystation.gateway.http.rest.mapping import read_body
+from waystation.gateway.http.rest.pull import Owners
 from waystation.gateway.http.rest.push import Pusher
+from waystation.gateway.http.rest.pushguard import PushGuard, TargetRefused
 from waystation.gateway.http.rest.pushstore import PushStore, problem
 from waystation.gateway.http.rest.registration import Registration, RegistrationError, parse
 from waystation.gateway.http.rest.service import SERVICE, RestService
@@ -54,11 +58,20 @@ class PushManager:
         self.store = PushStore(svc.data_dir / cfg.push_store_dir if svc.data_dir else None)
         self.pushers: dict[str, Pusher] = {}
         self.session: aiohttp.ClientSession | None = None
+        self.guard = PushGuard(cfg.push_allow)
+        self.owners = Owners(cfg.max_consumers_per_user, cfg.max_consumers_per_address)
+        self.owner_of: dict[str, tuple[str, str]] = {}  # registration id -> (user, host)
 
     def client(self) -> aiohttp.ClientSession:
         if self.session is None:
-            self.session = aiohttp.ClientSession()
+            connector = aiohttp.TCPConnector(resolver=self.guard.resolver())
+            self.session = aiohttp.ClientSession(connector=connector)
         return self.session
+
+    def release(self, rid: str) -> None:
+        owner = self.owner_of.pop(rid, None)
+        if owner is not None:
+            self.owners.give_back(owner)
 
     def pusher(self, reg: Registration) -> Pusher:
         return Pusher(
@@ -67,6 +80,7 @@ class PushManager:
             self.client,
             self.svc.cfg.push_timeout.total_seconds(),
             self.store.save_later,  # disabled: saved with enabled=false
+            self.guard,
         )
 
     async def retire(self, old: Pusher, new: Registration) -> None:
@@ -110,7 +124,7 @@ async def register(request: web.Request) -> web.StreamResponse:
     mgr = request.app[PUSH]
     engine = svc.engine
     paths = svc.destination(request)
-    who = auth.principal(request, engine)
+    who = await auth.who(request, engine)
     auth.check(engine, who, Permission.CONSUME, paths.name)
     root = parse_xml(await read_body(request, MAX_XML), "push registration")
     old = mgr.pushers.get((root.get("id") or "").strip())
@@ -127,13 +141,25 @@ async def register(request: web.Request) -> web.StreamResponse:
     _check_rights(svc, who, paths, reg)
     if old is None and len(mgr.pushers) >= svc.cfg.max_consumers:
         raise fail(
-            web.HTTPServiceUnavailable, f"too many push registrations ({svc.cfg.max_consumers})"
+            web.HTTPServiceUnavailable,
+            f"too many push registrations (max_consumers = {svc.cfg.max_consumers})",
         )
+    owner = (who.name if engine.security.enabled else "", auth.source_of(request))
+    if old is None:
+        why = mgr.owners.refusal(*owner, "push registrations")
+        if why is not None:
+            raise fail(web.HTTPServiceUnavailable, why, {"Retry-After": "5"})
+    try:
+        await mgr.guard.check_url(reg.target("0"))
+    except (TargetRefused, ValueError) as e:
+        raise fail(web.HTTPBadRequest, f"invalid push registration: {e}") from None
     compile_filter(reg.selector)  # a bad selector is 400 before anything is stored
     try:
         await mgr.store.save(reg)  # first: a registration that cannot be kept never starts
     except OSError as e:
-        raise fail(web.HTTPInsufficientStorage, f"registration not stored: {e}") from None
+        raise fail(
+            web.HTTPInsufficientStorage, f"registration not stored: {e.strerror or 'storage error'}"
+        ) from None
     if old is not None:
         await mgr.retire(old, reg)
     p = mgr.pusher(reg)
@@ -148,6 +174,9 @@ async def register(request: web.Request) -> web.StreamResponse:
             mgr.store.save_later(reg)
         raise
     mgr.pushers[reg.id] = p
+    if old is None:
+        mgr.owner_of[reg.id] = owner
+        mgr.owners.take(owner)
     location = svc.links(request).url(paths.registration(reg.id))
     return web.Response(status=200 if old else 201, headers={"Location": location})
 
@@ -164,10 +193,10 @@ def _check_rights(svc: RestService, who: Principal, paths: Paths, reg: Registrat
         auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, paths.name)
 
 
-def _find(request: web.Request) -> Pusher:
+async def _find(request: web.Request) -> Pusher:
     svc = request.app[SERVICE]
     mgr = request.app[PUSH]
-    who = auth.principal(request, svc.engine)
+    who = await auth.who(request, svc.engine)
     kind = kind_of(request)
     name = request.match_info["name"]
     auth.check(svc.engine, who, Permission.CONSUME, name)
@@ -181,7 +210,7 @@ def _find(request: web.Request) -> Pusher:
 
 @guarded
 async def describe(request: web.Request) -> web.StreamResponse:
-    p = _find(request)
+    p = await _find(request)
     return web.Response(
         status=200, body=p.reg.to_xml(with_password=False), content_type="application/xml"
     )
@@ -189,9 +218,10 @@ async def describe(request: web.Request) -> web.StreamResponse:
 
 @guarded
 async def unregister(request: web.Request) -> web.StreamResponse:
-    p = _find(request)
+    p = await _find(request)
     mgr = request.app[PUSH]
     mgr.pushers.pop(p.reg.id, None)
+    mgr.release(p.reg.id)
     await p.stop(delete_subscription=p.reg.kind == TOPICS)
     await mgr.store.forget(p.reg)
     return web.Response(status=204)

@@ -32,6 +32,21 @@ def cors(request: web.Request) -> dict[str, str]:
     return h
 
 
+def requester(request: web.Request) -> tuple[str, str | None]:
+    """What binds a session to its creator: the source address and the JSESSIONID cookie
+    (None when the request carries none)."""
+    return request.remote or "?", request.cookies.get("JSESSIONID")
+
+
+def forbidden(request: web.Request, sid: str) -> web.Response:
+    """The answer to a request for a session another client created."""
+    text = (
+        f"SockJS session {sid[:40]!r} belongs to another client (sessions are bound to the "
+        "address and JSESSIONID cookie of the request that created them)"
+    )
+    return web.Response(status=403, text=text, headers=cors(request))
+
+
 def no_cache(request: web.Request, content_type: str) -> dict[str, str]:
     return {"Content-Type": content_type, "Cache-Control": NO_CACHE, **cors(request)}
 
@@ -54,4 +69,14 @@ def options(request: web.Request, methods: str) -> web.Response:
     return web.Response(status=204, headers=h)
 
 
-__all__ = ["JAVASCRIPT", "NO_CACHE", "TEXT", "cached_for_a_year", "cors", "no_cache", "options"]
+__all__ = [
+    "JAVASCRIPT",
+    "NO_CACHE",
+    "TEXT",
+    "cached_for_a_year",
+    "cors",
+    "forbidden",
+    "no_cache",
+    "options",
+    "requester",
+]

@@ -31,7 +31,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from waystation.gateway.http.sockjs import framing
-from waystation.gateway.http.sockjs.headers import JAVASCRIPT, cors, no_cache
+from waystation.gateway.http.sockjs.headers import JAVASCRIPT, cors, forbidden, no_cache, requester
 from waystation.gateway.http.sockjs.session import Sessions, SockJsSession
 from waystation.gateway.websocket.stomp_ws import client_gone, peer_of
 
@@ -167,11 +167,14 @@ def handler(spec: Receiver, sessions: Sessions, heartbeat: float | None, limit: 
         sid = request.match_info["session"]
         session = sessions.get(sid)
         created = session is None
+        host, cookie = requester(request)
         if session is None:
-            if sessions.full:
-                text = f"too many SockJS sessions (max_sessions = {sessions.max_sessions})"
-                return web.Response(status=503, text=text, headers=cors(request))
-            session = sessions.create(sid, peer_of(request))
+            refusal = sessions.refusal(host)
+            if refusal is not None:
+                return web.Response(status=503, text=refusal, headers=cors(request))
+            session = sessions.create(sid, peer_of(request), host, cookie)
+        elif not session.belongs_to(host, cookie):
+            return forbidden(request, sid)
         headers = no_cache(request, spec.content_type)
         if not spec.streaming:
             frame = framing.OPEN if created else await poll(session, request)

@@ -17,7 +17,7 @@ import weakref
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.sockjs import receivers, senders, websocket
 from waystation.gateway.http.sockjs.headers import TEXT, cached_for_a_year, no_cache, options
 from waystation.gateway.http.sockjs.session import Sessions
@@ -85,7 +85,10 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     cfg = ctx.cfg.sockjs
     heartbeat = cfg.heartbeat.total_seconds() or None  # 0: no heart-beats
     delay = cfg.disconnect_delay.total_seconds()
-    sessions = Sessions(ctx.engine, ctx.stomp, delay, cfg.max_sessions)
+    sessions = Sessions(
+        ctx.engine, ctx.stomp, delay, cfg.max_sessions, cfg.max_sessions_per_address,
+        cfg.connect_timeout.total_seconds(),
+    )  # fmt: skip
     app[SESSIONS] = sessions
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
     prefix = cfg.stomp_path.rstrip("/")

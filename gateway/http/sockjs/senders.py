@@ -16,9 +16,9 @@ from urllib.parse import parse_qs
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from waystation.gateway.http.server import read_body
+from waystation.gateway.http.context import read_body
 from waystation.gateway.http.sockjs.framing import PayloadError, decode_payload, to_bytes
-from waystation.gateway.http.sockjs.headers import TEXT, cors, no_cache
+from waystation.gateway.http.sockjs.headers import TEXT, cors, forbidden, no_cache, requester
 from waystation.gateway.http.sockjs.session import Sessions
 
 
@@ -31,9 +31,12 @@ def _form_payload(request: web.Request, raw: bytes) -> bytes:
 
 def handler(sessions: Sessions, jsonp: bool, limit: int) -> Handler:
     async def handle(request: web.Request) -> web.StreamResponse:
-        session = sessions.get(request.match_info["session"])
+        sid = request.match_info["session"]
+        session = sessions.get(sid)
         if session is None:
             return web.Response(status=404, text="No such SockJS session.", headers=cors(request))
+        if not session.belongs_to(*requester(request)):
+            return forbidden(request, sid)
         raw = await read_body(request, limit)
         if raw is None:
             text = f"Payload too large: over max_send_size ({limit} bytes)."

@@ -8,14 +8,24 @@ going; a receiving request that the client drops mid-way ends the session
 and forgotten; a closed session answers every receiving request with its close frame until
 then.  Send requests for one session are fed to STOMP strictly in arrival order, each one
 waiting while the STOMP session holds its input (durable sends being written).
+
+The client picks the session id, so the id is no secret: a session is bound to what its
+creator presented, its source address and its ``JSESSIONID`` cookie if it sent one, and a
+request presenting anything else can neither read nor write it (403).  At most
+``max_sessions`` exist, ``max_sessions_per_address`` created from one address, and a
+session whose STOMP CONNECT has not completed ``connect_timeout`` after creation is failed
+with an ERROR naming ``connect_timeout`` (so unauthenticated sessions cannot keep places).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
+from collections import Counter
 from collections.abc import Callable
 
 from waystation.core.engine import Engine
+from waystation.gateway.admission import connect_deadline
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.textlink import TextLink
 from waystation.gateway.queued_link import feed
@@ -31,8 +41,11 @@ class SockJsSession:
         peer: str,
         disconnect_delay: float,
         forget: Callable[[SockJsSession], None],
+        owner: tuple[str, str | None] = ("?", None),
+        connect_timeout: float = 0.0,
     ) -> None:
         self.sid = sid
+        self.owner = owner  # (source host, JSESSIONID or None) of the creating request
         self.link = TextLink(peer, self._not_text)
         self.stomp = StompSession(engine, self.link, options)
         self.link.target = self.stomp
@@ -43,6 +56,17 @@ class SockJsSession:
         self._input = asyncio.Lock()  # FIFO: send requests are fed in arrival order
         self._expiry: asyncio.TimerHandle | None = None
         self._arm_expiry()
+        self._login = connect_deadline(self.stomp, connect_timeout)
+
+    def belongs_to(self, host: str, cookie: str | None) -> bool:
+        """The request comes from the creator: same address, and the same cookie when the
+        creator sent one."""
+        own_host, own_cookie = self.owner
+        if host != own_host:
+            return False
+        if own_cookie is None:
+            return True
+        return cookie is not None and hmac.compare_digest(own_cookie, cookie)
 
     # -- input ------------------------------------------------------------------------------
     async def feed(self, chunks: list[bytes]) -> None:
@@ -89,6 +113,9 @@ class SockJsSession:
         """Close from the transport's side (client gone, timed out, server stopping)."""
         if self.close_frame is None:
             self.close_frame = framing.close(code, reason)
+        if self._login is not None:
+            self._login.cancel()
+            self._login = None
         self.stomp.connection_lost()
         if not self.link.closing:
             self.link.close()
@@ -115,12 +142,17 @@ class Sessions:
         options: StompOptions,
         disconnect_delay: float,
         max_sessions: int,
+        max_per_address: int = 100,
+        connect_timeout: float = 0.0,
     ) -> None:
         self.engine = engine
         self.options = options
         self.delay = disconnect_delay
         self.max_sessions = max_sessions
+        self.max_per_address = max_per_address
+        self.connect_timeout = connect_timeout
         self.by_id: dict[str, SockJsSession] = {}
+        self.by_host: Counter[str] = Counter()
 
     def get(self, sid: str) -> SockJsSession | None:
         return self.by_id.get(sid)
@@ -129,15 +161,38 @@ class Sessions:
     def full(self) -> bool:
         return len(self.by_id) >= self.max_sessions
 
-    def create(self, sid: str, peer: str) -> SockJsSession:
-        """A new session (the caller checks ``full`` first)."""
-        s = SockJsSession(sid, self.engine, self.options, peer, self.delay, self._forget)
+    def refusal(self, host: str) -> str | None:
+        """Why a new session from ``host`` cannot be created now (naming the limit)."""
+        if self.full:
+            return f"too many SockJS sessions (max_sessions = {self.max_sessions})"
+        if self.by_host[host] >= self.max_per_address:
+            return (
+                "too many SockJS sessions from your address "
+                f"(max_sessions_per_address = {self.max_per_address})"
+            )
+        return None
+
+    def create(
+        self, sid: str, peer: str, host: str = "?", cookie: str | None = None
+    ) -> SockJsSession:
+        """A new session bound to (``host``, ``cookie``); the caller checks ``refusal``."""
+        s = SockJsSession(
+            sid, self.engine, self.options, peer, self.delay, self._forget,
+            (host, cookie), self.connect_timeout,
+        )  # fmt: skip
         self.by_id[sid] = s
+        self.by_host[host] += 1
         return s
 
     def _forget(self, s: SockJsSession) -> None:
         if self.by_id.get(s.sid) is s:
             del self.by_id[s.sid]
+            host = s.owner[0]
+            n = self.by_host[host] - 1
+            if n > 0:
+                self.by_host[host] = n
+            else:
+                del self.by_host[host]
 
     def close_all(self) -> None:
         for s in list(self.by_id.values()):

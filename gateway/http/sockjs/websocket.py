@@ -16,7 +16,8 @@ import weakref
 from aiohttp import WSCloseCode, WSMsgType, web
 from aiohttp.typedefs import Handler
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.admission import connect_deadline
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.textlink import TextLink
 from waystation.gateway.queued_link import feed
@@ -76,6 +77,7 @@ def handlers(
         link = TextLink(peer_of(request), lambda m, d: session.fail(m, d))
         session = StompSession(ctx.engine, link, ctx.stomp)
         link.target = session
+        login = connect_deadline(session, ctx.cfg.sockjs.connect_timeout.total_seconds())
         pump = asyncio.ensure_future(_pump(ws, link, framed, heartbeat))
         resumed = functools.partial(input_resumed, link, request)
         try:
@@ -102,6 +104,8 @@ def handlers(
                 if not await resumed():  # take no more messages while input is held
                     break
         finally:
+            if login is not None:
+                login.cancel()
             await finish(ws, link, session, pump)
         return ws
 

@@ -5,9 +5,11 @@ Protocol (``{path}`` is ``[acceptors.http.tunnel] path``, default ``/tunnel``; n
 :mod:`wire.tunnel`).  Every answer has ``Cache-Control: no-store``; bodies are
 ``application/octet-stream``; errors are ``text/plain`` saying what was wrong.
 
-- ``POST {path}/open?protocol=stomp`` -> 201 ``{"session", "response_time",
-  "session_timeout"}``; the session id is 128 random bits.  Unknown protocol -> 400 naming
-  the known ones; ``max_sessions`` open already -> 503.
+- ``POST {path}/open?protocol=stomp`` -> 201 ``{"session", "token", "response_time",
+  "session_timeout"}``; the session id is 128 random bits chosen by the server, the token
+  256, and every later request must carry ``X-Tunnel-Token: {token}`` (else 403).  Unknown
+  protocol -> 400 naming the known ones; ``max_sessions`` open already, or
+  ``max_sessions_per_address`` from the client's address -> 503 naming the limit.
 - ``POST {path}/{sid}/up?offset=N``: the body is upstream bytes from stream offset N (at
   most ``max_request_size``, else 413).  Only bytes beyond what the server has are fed to
   the protocol, so a repeated POST is harmless.  200 with ``X-Tunnel-Received`` = upstream
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.tunnel.protocols import StreamSession, register
 from waystation.gateway.http.tunnel.registry import Registry
 from waystation.gateway.http.tunnel.routes import Routes

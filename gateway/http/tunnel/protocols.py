@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.queued_link import QueuedLink
 from waystation.gateway.stomp.session import StompSession
 

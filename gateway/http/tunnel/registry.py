@@ -4,20 +4,29 @@ A session that has ended is remembered (as a tombstone) for one ``session_timeou
 late request for it gets 410 Gone rather than 404: the client learns that its session was
 closed, not that it never existed.
 
-At most ``max_sessions`` live at once (``open`` beyond that is refused).  A session ends
-after ``session_timeout`` without a request, and also when it has not sent a single
-upstream byte ``session_timeout`` after it was opened, even if it keeps polling: a protocol
-session that never started must not hold a place for ever.
+At most ``max_sessions`` live at once, and ``max_sessions_per_address`` opened from one
+source address (``open`` beyond either is refused), so clients that never log in cannot take
+every place.  A session ends after ``session_timeout`` without a request, and also when it
+has not sent a single upstream byte ``session_timeout`` after it was opened, even if it
+keeps polling.  One whose protocol has not logged in (STOMP CONNECT) ``connect_timeout``
+after opening is failed with an error naming ``connect_timeout`` (which its client can
+still read) and ended one ``connect_timeout`` later.
+
+Each session has a secret token, returned by ``open`` only: a request without it is refused
+(403), so knowing a session id (it is in URLs, hence in proxies' logs) is not enough to read
+or write the session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import logging
 import secrets
 import time
+from collections import Counter
 
-from waystation.gateway.http.server import HttpContext
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.tunnel.protocols import PROTOCOLS
 from waystation.gateway.http.tunnel.session import LINK_HIGH, LINK_LOW, TunnelSession
 from waystation.gateway.queued_link import QueuedLink
@@ -26,7 +35,8 @@ log = logging.getLogger("waystation.tunnel")
 
 
 class Full(Exception):
-    """``max_sessions`` sessions are open already."""
+    """``max_sessions`` (or ``max_sessions_per_address``) sessions are open already; the
+    text names the limit."""
 
 
 class Registry:
@@ -36,24 +46,45 @@ class Registry:
         self.session_timeout = cfg.session_timeout.total_seconds()
         self.response_time = cfg.response_time.total_seconds()
         self.max_sessions = cfg.max_sessions
+        self.max_per_address = cfg.max_sessions_per_address
+        self.connect_timeout = cfg.connect_timeout.total_seconds()
         self.sessions: dict[str, TunnelSession] = {}
+        self.by_host: Counter[str] = Counter()
+        self.tokens: dict[str, str] = {}  # session id -> its secret
+        self.hosts: dict[str, str] = {}  # session id -> the host that opened it
         self.gone: dict[str, float] = {}  # session id -> when to forget it
         self._reaper: asyncio.Task[None] | None = None
 
-    def open(self, protocol: str, peer: str) -> TunnelSession:
-        """A new session running ``protocol`` (KeyError if it is not registered, Full when
-        ``max_sessions`` are open)."""
+    def open(self, protocol: str, peer: str, host: str = "?") -> TunnelSession:
+        """A new session running ``protocol`` for a client at ``host`` (KeyError if the
+        protocol is not registered, Full when a session limit is reached)."""
         factory = PROTOCOLS[protocol]
         if len(self.sessions) >= self.max_sessions:
-            raise Full
+            raise Full(f"too many tunnel sessions (max_sessions = {self.max_sessions})")
+        if self.by_host[host] >= self.max_per_address:
+            raise Full(
+                "too many tunnel sessions from your address "
+                f"(max_sessions_per_address = {self.max_per_address})"
+            )
         sid = secrets.token_urlsafe(16)
         link = QueuedLink(f"tunnel {peer} {sid[:6]}", high=LINK_HIGH, low=LINK_LOW)
         stream = factory(self.ctx, link)
         link.target = stream
         session = TunnelSession(sid, protocol, link, stream, self.response_time)
         self.sessions[sid] = session
+        self.tokens[sid] = secrets.token_urlsafe(32)
+        self.hosts[sid] = host
+        self.by_host[host] += 1
         log.info("tunnel session %s opened (%s) for %s", sid[:6], protocol, peer)
         return session
+
+    def token(self, sid: str) -> str:
+        return self.tokens[sid]
+
+    def authorized(self, sid: str, token: str | None) -> bool:
+        """``token`` is the secret of the live session ``sid``."""
+        want = self.tokens.get(sid)
+        return want is not None and token is not None and hmac.compare_digest(want, token)
 
     def lookup(self, sid: str) -> TunnelSession | bool:
         """The session; else True if it existed and ended, False if it is unknown."""
@@ -65,6 +96,13 @@ class Registry:
     def end(self, session: TunnelSession, why: str) -> None:
         if self.sessions.pop(session.sid, None) is None:
             return
+        self.tokens.pop(session.sid, None)
+        host = self.hosts.pop(session.sid, "?")
+        n = self.by_host[host] - 1
+        if n > 0:
+            self.by_host[host] = n
+        else:
+            del self.by_host[host]
         self.gone[session.sid] = time.monotonic() + self.session_timeout
         session.end()
         log.info("tunnel session %s closed: %s", session.sid[:6], why)
@@ -86,7 +124,16 @@ class Registry:
             await asyncio.sleep(period)
             now = time.monotonic()
             timeout = self.session_timeout
+            login = self.connect_timeout
             for session in list(self.sessions.values()):
+                age = now - session.opened
+                if login > 0 and age > login and not getattr(session.stream, "connected", True):
+                    fail = getattr(session.stream, "fail", None)
+                    if age > 2 * login or fail is None:
+                        self.end(session, f"not logged in within {login:g}s")
+                        continue
+                    if not session.link.closing:  # its client may still read why
+                        fail(f"connect_timeout: CONNECT not completed within {login:g}s")
                 if session.idle_for(now) > timeout:
                     self.end(session, f"no request for {timeout:g}s")
                 elif not session.upstream.received and now - session.opened > timeout:

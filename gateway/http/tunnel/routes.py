@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from waystation.gateway.http.server import read_body
+from waystation.gateway.http.context import read_body
 from waystation.gateway.http.tunnel.protocols import PROTOCOLS, known
 from waystation.gateway.http.tunnel.registry import Full, Registry
 from waystation.gateway.http.tunnel.session import Ended, TunnelSession
@@ -15,6 +15,7 @@ from waystation.wire.tunnel import (
     H_OFFSET,
     H_RECEIVED,
     H_SENT,
+    H_TOKEN,
     PARAM_ACK,
     PARAM_OFFSET,
     PARAM_PROTOCOL,
@@ -48,6 +49,11 @@ class Routes:
         if found is False:
             return _text(404, f"no tunnel session {sid[:40]!r} (unknown or expired)")
         assert isinstance(found, TunnelSession)
+        if not self.registry.authorized(sid, request.headers.get(H_TOKEN)):
+            return _text(
+                403,
+                f"{H_TOKEN} missing or wrong: only the client that opened the session may use it",
+            )
         return found
 
     def _session_at(
@@ -68,13 +74,16 @@ class Routes:
             what = "missing" if protocol is None else f"unknown protocol {protocol[:40]!r}"
             return _text(400, f"{PARAM_PROTOCOL}: {what}; known: {known()}")
         try:
-            session = self.registry.open(protocol, peer_of(request))
-        except Full:
-            limit = self.registry.max_sessions
-            text = f"too many tunnel sessions (max_sessions = {limit}); try again later"
-            return _text(503, text, {"Retry-After": "1"})
+            session = self.registry.open(protocol, peer_of(request), request.remote or "?")
+        except Full as e:
+            return _text(503, f"{e}; try again later", {"Retry-After": "1"})
         registry = self.registry
-        info = SessionInfo(session.sid, registry.response_time, registry.session_timeout).to_json()
+        info = SessionInfo(
+            session.sid,
+            registry.response_time,
+            registry.session_timeout,
+            registry.token(session.sid),
+        ).to_json()
         return web.json_response(info, status=201)
 
     async def up(self, request: web.Request) -> web.Response:

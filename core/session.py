@@ -1,0 +1,487 @@
+"""The core session: one client connection's door into the engine (DESIGN §7).
+
+Every protocol adapter (STOMP, REST, AMQP, MQTT, bridges) opens one per connection with
+``Engine.open_session`` and goes through it for everything: sends, subscriptions described by a
+:class:`Source`, credit, settlement with neutral outcomes, transactions.  It is where every
+permission check and per-client limit lives, once, so no adapter can forget one; ``close()``
+releases what the connection held (consumers, transactions, temporary queues).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from waystation.core.address import is_wildcard
+from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler
+from waystation.core.filter import Filter, compile_filter
+from waystation.core.limits import LimitExceeded
+from waystation.core.message import Message
+from waystation.core.names import name_problem
+from waystation.core.postoffice import RoutingError
+from waystation.core.queue import ANYCAST, MULTICAST, Queue
+from waystation.core.reasons import REJECTED
+from waystation.core.security import NotAuthorized, Permission, Principal
+from waystation.core.transaction import Transaction, TransactionError
+
+if TYPE_CHECKING:
+    from waystation.core.engine import Engine
+
+
+class Outcome(StrEnum):
+    """How a consumer settles a delivery (AMQP's outcomes; STOMP and MQTT use a subset)."""
+
+    ACCEPTED = "accepted"  # processed: removed from the queue
+    RELEASED = "released"  # not processed: back to the queue, no delivery attempt counted
+    MODIFIED = "modified"  # delivery failed: redelivered after the delay, or dead-lettered
+    REJECTED = "rejected"  # refused for good: dead-lettered with the reason
+
+
+class CreditMode(StrEnum):
+    WINDOW = "window"  # at most N unsettled deliveries (STOMP prefetch, MQTT receive maximum)
+    CREDIT = "credit"  # each delivery consumes granted credit; drain (AMQP link credit)
+    PRESETTLED = "presettled"  # settled as sent, at most once (STOMP ack:auto, MQTT QoS 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """What a consumer reads.  ``routing`` None lets the engine decide: an existing queue of
+    that name is anycast, an existing multicast address multicast, anything else anycast."""
+
+    address: str
+    routing: str | None = None
+    selector: str | None = None
+    durable_name: str | None = None  # a durable subscription (multicast) of this name
+    shared: bool = False  # a durable subscription several clients share (not client-scoped)
+
+
+class SessionError(Exception):
+    """A request the session refuses (unknown queue kind, closed session ...)."""
+
+
+class _AddressGuard:
+    """A subscription's filter plus a consume check per message address: a wildcard
+    subscription must not receive from an address a more specific rule denies."""
+
+    __slots__ = ("inner", "text", "_allowed", "_cache")
+
+    def __init__(self, inner: Filter | None, allowed: object) -> None:
+        self.inner = inner
+        self.text = inner.text if inner is not None else None
+        self._allowed = allowed
+        self._cache: dict[str, bool] = {}
+
+    def matches(self, msg: Message) -> bool:
+        ok = self._cache.get(msg.address)
+        if ok is None:
+            ok = self._allowed(msg.address)  # type: ignore[operator]
+            if len(self._cache) < 10000:
+                self._cache[msg.address] = ok
+        return ok and (self.inner is None or self.inner.matches(msg))
+
+
+_ids = itertools.count(1)
+
+
+class Session:
+    """One connection's state in the core.  Not thread-safe: the event loop's only."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        principal: Principal,
+        protocol: str,
+        remote: str,
+        client_id: str | None = None,
+    ) -> None:
+        self.engine = engine
+        self.id = f"{protocol}-{next(_ids)}"
+        self.principal = principal
+        self.protocol = protocol
+        self.remote = remote
+        self.client_id = client_id
+        self.since = time.time()
+        self.messages_in = 0
+        self._out_closed = 0  # deliveries of consumers already closed
+        self.consumers: dict[Consumer, Queue] = {}  # each consumer and the queue it reads
+        self._temporary: dict[Consumer, bool] = {}
+        self.transactions: dict[str, Transaction] = {}
+        self.closed = False
+        self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
+
+    # -- introspection (the admin API's session list) -------------------------------------
+    @property
+    def messages_out(self) -> int:
+        return self._out_closed + sum(c.delivered for c in self.consumers)
+
+    def info(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "protocol": self.protocol,
+            "remote": self.remote,
+            "user": self.principal.name,
+            "client_id": self.client_id,
+            "since": self.since,
+            "messages_in": self.messages_in,
+            "messages_out": self.messages_out,
+            "consumers": len(self.consumers),
+            "transactions": len(self.transactions),
+        }
+
+    # -- checks ---------------------------------------------------------------------------
+    def _check(self, permission: Permission, address: str) -> None:
+        self.engine.security.check(self.principal, permission, address)
+
+    def _live(self) -> None:
+        if self.closed:
+            raise SessionError("session is closed")
+
+    @staticmethod
+    def _name(name: str, *, remote: bool = False, wildcards: bool = False) -> None:
+        why = name_problem(name, remote=remote, wildcards=wildcards)
+        if why is not None:
+            raise RoutingError(f"invalid name: {why}")
+
+    def _may_auto_create(self, address: str) -> None:
+        engine = self.engine
+        if engine.auto_created_count() >= engine.limits.max_auto_created:
+            raise LimitExceeded(
+                "max_auto_created",
+                f"cannot auto-create {address!r}: the node already has "
+                f"{engine.limits.max_auto_created} auto-created queues and addresses",
+            )
+
+    # -- producing ------------------------------------------------------------------------
+    def check_send(self, address: str, routing: str | None = None) -> None:
+        """Refuse a send target now (name, permission, auto-create), so an adapter can answer
+        before it builds the message.  Results are remembered per target."""
+        key = (address, routing)
+        if self._send_ok.get(key):
+            return
+        self._name(address, remote=True)
+        self._check(Permission.SEND, address)
+        engine = self.engine
+        if "::" not in address and engine.queue(address) is None:
+            resolved = routing or engine.resolve_routing(address)
+            if resolved != MULTICAST:
+                self._check(Permission.CREATE_DURABLE_QUEUE, address)
+                self._may_auto_create(address)
+        if len(self._send_ok) < 1000:
+            self._send_ok[key] = True
+
+    def send(
+        self, msg: Message, *, routing: str | None = None, tx: str | None = None
+    ) -> asyncio.Future[None] | None:
+        """Route ``msg``; the returned future resolves once a durable message is on disk."""
+        self._live()
+        self.check_send(msg.address, routing)
+        if tx is not None:
+            t = self._tx(tx)
+            limits = self.engine.limits
+            if len(t.sends) >= limits.max_transaction_messages:
+                raise LimitExceeded(
+                    "max_transaction_messages",
+                    f"transaction {tx!r} already holds {len(t.sends)} messages",
+                )
+            if t.bytes + msg.size() > limits.max_transaction_bytes:
+                raise LimitExceeded(
+                    "max_transaction_bytes",
+                    f"transaction {tx!r} would hold more than {limits.max_transaction_bytes} bytes",
+                )
+            self.engine.send(msg, routing=routing, tx=t)
+            t.bytes += msg.size()
+            self.messages_in += 1
+            return None
+        fut = self.engine.send(msg, routing=routing)
+        self.messages_in += 1
+        return fut
+
+    def blocked(self, address: str) -> asyncio.Future[None] | None:
+        """A future while ``address`` is full under the BLOCK policy: stop reading until then."""
+        return self.engine.blocked(address)
+
+    # -- consuming ------------------------------------------------------------------------
+    def subscribe(
+        self,
+        source: Source,
+        handler: DeliveryHandler,
+        *,
+        mode: CreditMode = CreditMode.WINDOW,
+        window: int | None = None,
+        credit: int = 0,
+        name: str = "",
+    ) -> Consumer:
+        """Attach a consumer.  ``window``: unsettled deliveries in WINDOW mode (None: the
+        address setting; capped by ``max_window``); ``credit``: initial link credit in CREDIT
+        mode (more comes with :meth:`set_credit`)."""
+        self._live()
+        limits = self.engine.limits
+        if len(self.consumers) >= limits.max_consumers_per_session:
+            raise LimitExceeded(
+                "max_consumers_per_session",
+                f"this connection already has {len(self.consumers)} consumers",
+            )
+        engine = self.engine
+        address = source.address
+        routing = source.routing or engine.resolve_routing(address)
+        self._name(address, wildcards=routing == MULTICAST)
+        if source.durable_name is not None:
+            self._name(source.durable_name)
+        filt = compile_filter(source.selector)
+        if routing == ANYCAST:
+            q, temporary = self._anycast_queue(address), False
+        else:
+            q, temporary = self._subscription_queue(source)
+        consumer_filter: Filter | _AddressGuard | None = filt if routing == ANYCAST else None
+        if engine.security.enabled and routing == MULTICAST and is_wildcard(q.address):
+            consumer_filter = self._guard(None)
+        if mode is CreditMode.WINDOW:
+            w = (
+                engine.settings.resolve(q.address).default_consumer_window
+                if window is None
+                else window
+            )
+            if w <= 0 or w > limits.max_window:
+                w = limits.max_window
+        else:
+            w = 0
+        try:
+            c = q.add_consumer(
+                handler,
+                filter=consumer_filter,  # type: ignore[arg-type]
+                auto_ack=mode is CreditMode.PRESETTLED,
+                window=w,
+                name=name,
+                credit=min(max(0, credit), limits.max_credit) if mode is CreditMode.CREDIT else -1,
+                owner=self,
+            )
+        except ConsumerError:
+            if temporary:
+                engine.delete_queue(q.name)
+            raise
+        self.consumers[c] = q
+        self._temporary[c] = temporary
+        return c
+
+    def _guard(self, inner: Filter | None) -> _AddressGuard:
+        security, principal = self.engine.security, self.principal
+        return _AddressGuard(inner, lambda a: security.allowed(principal, Permission.CONSUME, a))
+
+    def _anycast_queue(self, address: str) -> Queue:
+        engine = self.engine
+        q = engine.queue(address)
+        if q is None:
+            self._check(Permission.CONSUME, address)
+            if not engine.settings.resolve(address).auto_create_queues:
+                raise RoutingError(f"queue {address!r} does not exist")
+            self._check(Permission.CREATE_DURABLE_QUEUE, address)
+            self._may_auto_create(address)
+            return engine.post.create_queue(
+                address, address, ANYCAST, durable=True, auto_created=True
+            )
+        if q.routing == MULTICAST:
+            raise NotAuthorized(
+                f"queue {address!r} is a subscription of address {q.address!r}: "
+                "subscribe to the address instead"
+            )
+        if q.temporary and q.owner is not self:
+            raise NotAuthorized(f"queue {address!r} is another connection's temporary queue")
+        self._check(Permission.CONSUME, q.address)
+        return q
+
+    def _subscriber(self) -> str:
+        return f"{self.principal.name}/{self.client_id or ''}"
+
+    def durable_queue_name(self, name: str, shared: bool = False) -> str:
+        """The queue behind a durable subscription: scoped by the client id (JMS), so two
+        clients' subscriptions of the same name never meet."""
+        if shared:
+            return f"shared.{name}"
+        cid = self.client_id
+        return f"{cid}.{name}" if cid and not name.startswith(cid + ".") else name
+
+    def _subscription_queue(self, source: Source) -> tuple[Queue, bool]:
+        engine, post = self.engine, self.engine.post
+        address = source.address
+        self._check(Permission.CONSUME, address)
+        if post.addresses.get(address) is None:
+            if not engine.settings.resolve(address).auto_create_addresses:
+                raise RoutingError(f"address {address!r} does not exist")
+            self._may_auto_create(address)
+            post.ensure_address(address, MULTICAST, auto_created=True)
+        guard = (
+            self._guard(compile_filter(source.selector))
+            if engine.security.enabled and is_wildcard(address)
+            else None
+        )
+        if not source.durable_name:
+            self._check(Permission.CREATE_NON_DURABLE_QUEUE, address)
+            q = post.create_queue(
+                f"tmp.{uuid.uuid4().hex}",
+                address,
+                MULTICAST,
+                durable=False,
+                temporary=True,
+                filter=source.selector,
+                owner=self,
+            )
+            if guard is not None:
+                q.filter = guard  # type: ignore[assignment]
+            return q, True
+        qname = self.durable_queue_name(source.durable_name, source.shared)
+        subscriber = "shared" if source.shared else self._subscriber()
+        q = engine.queue(qname)
+        if q is not None:
+            if q.routing != MULTICAST or q.temporary or not q.durable:
+                raise NotAuthorized(
+                    f"durable subscription name {qname!r} is taken by a queue that is not a "
+                    "durable subscription"
+                )
+            if q.subscriber and q.subscriber != subscriber:
+                raise NotAuthorized(f"durable subscription {qname!r} belongs to another subscriber")
+            selector = q.filter.text if q.filter is not None else None
+            if q.address == address and selector == (source.selector or None):
+                self._check(Permission.CONSUME, q.address)
+                if guard is not None and not isinstance(q.filter, _AddressGuard):
+                    q.filter = guard  # type: ignore[assignment]
+                return q, False
+            # the same subscriber changed its topic or selector: the old one goes (JMS)
+            self._check(Permission.DELETE_DURABLE_QUEUE, q.address)
+            self._check(Permission.CREATE_DURABLE_QUEUE, address)
+            if q.consumers:
+                raise SessionError(
+                    f"durable subscription {qname!r} is in use: it cannot change its "
+                    "address or selector while a consumer is attached"
+                )
+            engine.delete_queue(qname)
+        else:
+            self._check(Permission.CREATE_DURABLE_QUEUE, address)
+        q = post.create_queue(
+            qname, address, MULTICAST, durable=True, filter=source.selector, subscriber=subscriber
+        )
+        if guard is not None:
+            q.filter = guard  # type: ignore[assignment]
+        return q, False
+
+    def set_credit(self, consumer: Consumer, credit: int, drain: bool = False) -> None:
+        """Grant link credit (absolute); with ``drain``, use it up now or give it back."""
+        consumer.set_credit(min(credit, self.engine.limits.max_credit), drain)
+
+    def pause(self) -> None:
+        """The client's socket is full: stop delivering until :meth:`resume`."""
+        for c in self.consumers:
+            c.pause()
+
+    def resume(self) -> None:
+        for c in list(self.consumers):
+            c.resume()
+
+    def settle(
+        self,
+        consumer: Consumer,
+        tag: int,
+        outcome: Outcome = Outcome.ACCEPTED,
+        *,
+        cumulative: bool = False,
+        tx: str | None = None,
+        reason: str = REJECTED,
+        detail: str = "",
+    ) -> int:
+        """Settle one delivery, or (``cumulative``) it and every earlier one of the consumer;
+        returns how many.  Accepted and modified outcomes may be part of a transaction."""
+        if consumer.owner is not self:
+            raise ConsumerError("that consumer belongs to another session")
+        t = self._tx(tx) if tx is not None else None
+        tags = consumer.tags_through(tag) if cumulative else [tag]
+        if not cumulative and not consumer.is_in_flight(tag):
+            raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        for one in tags:
+            if outcome is Outcome.ACCEPTED:
+                consumer.ack(one, t)
+            elif outcome is Outcome.MODIFIED:
+                consumer.nack(one, t)
+            elif t is not None:
+                raise TransactionError(f"a {outcome.value} outcome cannot be transactional")
+            elif outcome is Outcome.RELEASED:
+                consumer.release(one)
+            else:
+                consumer.reject(one, reason, detail)
+        consumer.queue.dispatch()
+        return len(tags)
+
+    def dead_letter_copy(self, message: Message, reason: str, detail: str = "") -> None:
+        """Keep a message a pre-settled consumer took but cannot hand over (dead-lettered)."""
+        self.engine.dead_letter_acknowledged(message, reason, detail)
+
+    def unsubscribe(self, consumer: Consumer, *, delete_durable: bool = False) -> None:
+        """Detach; a temporary queue goes with it, a durable subscription only when asked
+        (which needs delete permission on its address)."""
+        q = self.consumers.pop(consumer, None)
+        if q is None:
+            return
+        temporary = self._temporary.pop(consumer, False)
+        if delete_durable and not temporary:
+            self._check(Permission.DELETE_DURABLE_QUEUE, q.address)
+        self._out_closed += consumer.delivered
+        consumer.close()
+        if (temporary or (delete_durable and q.routing == MULTICAST)) and not q.deleted:
+            self.engine.delete_queue(q.name)
+
+    async def flush(self) -> None:
+        """Wait until everything written so far (settlements included) is on disk."""
+        await self.engine.flush()
+
+    # -- transactions ---------------------------------------------------------------------
+    def begin(self, tx_id: str | None = None) -> str:
+        """Start a transaction named by the client (STOMP) or, with no name, by the broker
+        (AMQP's coordinator); returns its id."""
+        self._live()
+        if len(self.transactions) >= self.engine.limits.max_transactions_per_session:
+            raise LimitExceeded(
+                "max_transactions_per_session",
+                f"this connection already has {len(self.transactions)} open transactions",
+            )
+        txid = tx_id if tx_id is not None else uuid.uuid4().hex
+        if txid in self.transactions:
+            raise TransactionError(f"transaction {txid!r} is already active")
+        self.transactions[txid] = self.engine.begin(txid)
+        return txid
+
+    def _tx(self, txid: str) -> Transaction:
+        t = self.transactions.get(txid)
+        if t is None:
+            raise TransactionError(f"unknown transaction {txid!r}")
+        return t
+
+    def commit(self, txid: str) -> asyncio.Future[None] | None:
+        t = self._tx(txid)
+        del self.transactions[txid]
+        return self.engine.commit(t)
+
+    def rollback(self, txid: str) -> None:
+        t = self._tx(txid)
+        del self.transactions[txid]
+        self.engine.rollback(t)
+
+    # -- closing --------------------------------------------------------------------------
+    def close(self) -> None:
+        """Roll back open transactions, detach every consumer (their unsettled messages go
+        back), delete the temporary queues; the engine forgets the session."""
+        if self.closed:
+            return
+        self.closed = True
+        for t in self.transactions.values():
+            self.engine.rollback(t)
+        self.transactions.clear()
+        for c in list(self.consumers):
+            self.unsubscribe(c)
+        self.engine.close_owner(self)
+        self.engine.forget_session(self)
+
+
+__all__ = ["CreditMode", "Outcome", "Session", "SessionError", "Source"]

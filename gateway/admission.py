@@ -1,0 +1,157 @@
+"""Who may hold a socket: connections per listener and per source address, and one budget of
+open sockets for the whole process.
+
+Why: every accepted socket is a file descriptor, and the process has a fixed number of them
+(``RLIMIT_NOFILE``); the journal, the log and outgoing bridges need theirs too.  20,000 idle
+sockets once left none, and then nothing worked, not even for clients already connected.
+So each listener admits at most ``max_connections`` (and ``max_connections_per_address``
+from one host), and all listeners together at most :data:`BUDGET`'s limit, which is the
+soft descriptor limit less a reserve for everything else.  A refused connection is closed
+at once after a short protocol-level refusal naming the limit, so it costs its descriptor
+only for a moment.  The time a connection may take to log in (STOMP ``connect_timeout``,
+HTTP ``header_timeout``) is what frees places held by idle sockets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections import Counter
+from typing import Protocol
+
+log = logging.getLogger("waystation.admission")
+
+RESERVE_FRACTION = 0.1  # of the descriptor limit, kept for files, bridges and the like
+RESERVE_MIN = 256
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft descriptor limit to the hard one (what an unprivileged process may);
+    the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass
+    return int(soft if soft != resource.RLIM_INFINITY else 1 << 20)
+
+
+class SocketBudget:
+    """Open accepted sockets across every listener of the process."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._limit = limit
+        self.open = 0
+
+    @property
+    def limit(self) -> int:
+        if self._limit is None:
+            fds = raise_fd_limit()
+            self._limit = max(16, fds - max(RESERVE_MIN, int(fds * RESERVE_FRACTION)))
+        return self._limit
+
+    @limit.setter
+    def limit(self, value: int) -> None:
+        self._limit = value
+
+
+BUDGET = SocketBudget()
+
+
+def peer_host(peer: object) -> str:
+    """The host of a ``getpeername()`` answer (a tuple for IP, a path or None otherwise)."""
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return str(peer or "?")
+
+
+class Admission:
+    """One listener's admission: counts now, per host, and the process budget."""
+
+    def __init__(
+        self,
+        listener: str,
+        max_connections: int,
+        max_per_address: int,
+        budget: SocketBudget = BUDGET,
+    ) -> None:
+        self.listener = listener
+        self.max_connections = max_connections
+        self.max_per_address = max_per_address  # 0: no per-address limit
+        self.budget = budget
+        self.open = 0
+        self.by_host: Counter[str] = Counter()
+        self.refused = 0
+
+    def admit(self, host: str) -> str | None:
+        """Count a new connection from ``host``; or the refusal (naming the limit) when it
+        must be closed instead (then nothing was counted)."""
+        why: str | None = None
+        if self.open >= self.max_connections:
+            why = (
+                f"too many connections to this listener (max_connections = {self.max_connections})"
+            )
+        elif self.max_per_address and self.by_host[host] >= self.max_per_address:
+            why = (
+                "too many connections from your address "
+                f"(max_connections_per_address = {self.max_per_address})"
+            )
+        elif self.budget.open >= self.budget.limit:
+            why = f"server out of sockets (open socket budget = {self.budget.limit})"
+        if why is not None:
+            self.refused += 1
+            if self.refused == 1 or self.refused % 1000 == 0:
+                log.warning("%s: refused a connection from %s: %s (%d refused so far)",
+                            self.listener, host, why, self.refused)  # fmt: skip
+            return why
+        self.open += 1
+        self.by_host[host] += 1
+        self.budget.open += 1
+        return None
+
+    def release(self, host: str) -> None:
+        self.open -= 1
+        self.budget.open -= 1
+        n = self.by_host[host] - 1
+        if n > 0:
+            self.by_host[host] = n
+        else:
+            del self.by_host[host]
+
+
+class _Login(Protocol):
+    connected: bool
+    closed: bool
+
+    def fail(self, message: str, detail: str = "", receipt_id: str | None = None) -> None: ...
+
+
+def connect_deadline(session: _Login, seconds: float) -> asyncio.TimerHandle | None:
+    """Close ``session`` with an error naming ``connect_timeout`` unless it has logged in
+    within ``seconds`` (None when there is no limit).  Cancel the handle when done early."""
+    if seconds <= 0:
+        return None
+
+    def expired() -> None:
+        if not session.connected and not session.closed:
+            session.fail(
+                f"connect_timeout: CONNECT not completed within {seconds:g}s",
+                "the server closes connections that do not log in in time",
+            )
+
+    return asyncio.get_running_loop().call_later(seconds, expired)
+
+
+__all__ = [
+    "BUDGET",
+    "Admission",
+    "SocketBudget",
+    "connect_deadline",
+    "peer_host",
+    "raise_fd_limit",
+]

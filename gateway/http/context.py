@@ -1,0 +1,47 @@
+"""What every HTTP feature shares, in a module of its own so that the features and the
+listener that mounts them (:mod:`.server`) do not import each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from waystation.core.engine import Engine
+from waystation.gateway.stomp.session import StompOptions
+
+if TYPE_CHECKING:
+    from waystation.config.listeners import HttpAcceptor
+
+
+@dataclass(slots=True)
+class HttpContext:
+    """What the HTTP features share: the engine, their config, and STOMP session options
+    (WebSocket, tunnel and SockJS sessions are STOMP sessions like TCP ones)."""
+
+    engine: Engine
+    cfg: HttpAcceptor
+    stomp: StompOptions
+    data_dir: Path | None  # None: persistence off (durable push registrations kept in memory)
+
+
+CONTEXT = web.AppKey("context", HttpContext)
+
+
+async def read_body(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None when it is over ``limit`` bytes (from Content-Length, or
+    while a chunked body is read).  aiohttp's ``client_max_size`` is one limit for the
+    whole app; this lets each route keep its own, smaller one."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
+__all__ = ["CONTEXT", "HttpContext", "read_body"]
