@@ -25,8 +25,8 @@ from waystation.config.fields import (
     Size,
     choice,
 )
-from waystation.config.links import BridgeConfig
 from waystation.config.limits import LimitsConfig
+from waystation.config.links import BridgeConfig
 from waystation.config.listeners import (
     AcceptorConfig,
     AcceptorsConfig,

@@ -229,7 +229,7 @@ class Engine:
         await self.persistence.close()
         self.post.close()
         if self.events is not None:
-            self.events.close()
+            await asyncio.to_thread(self.events.close)
 
     async def _reap(self) -> None:
         period = self.config.expiry_scan_period

@@ -37,7 +37,6 @@ from typing import Any
 
 from waystation.core.events import (
     EVENTS,
-    FIELD_NAMES,
     LEGACY_EVENTS,
     SCHEMA_VERSION,
     arrow_schema,
@@ -62,10 +61,6 @@ class EventLogError(Exception):
     """The event log cannot be set up (bad folder, unknown format, pyarrow missing)."""
 
 
-def _opt_str(v: object) -> str | None:
-    return None if v is None else str(v)
-
-
 def _int(v: object, bound: int) -> int:
     i = int(v)  # type: ignore[call-overload]
     if not -bound <= i < bound:
@@ -85,6 +80,26 @@ def _fsync_path(path: Path) -> None:
 # --- file formats (used by the writer thread only) ---------------------------------------------
 
 
+_js = json.encoder.encode_basestring_ascii  # C, ASCII out
+
+
+def _jsonl_line(row: Row) -> str:
+    """One record as a JSON line, keys in FIELDS order: a fixed template is about 4x faster
+    than ``json.dumps`` of a dict, and this runs holding the GIL the event loop needs."""
+    v, ts, node, ev, tid, mid, addr, q, proto, sess, size, dur, dc, reason, peer = row
+    return (
+        f'{{"v":{v},"ts_us":{ts},"node":{_js(node)},"event":{_js(ev)},'
+        f'"trace_id":{"null" if tid is None else _js(tid)},"message_id":{mid},'
+        f'"address":{_js(addr)},"queue":{"null" if q is None else _js(q)},'
+        f'"protocol":{"null" if proto is None else _js(proto)},'
+        f'"session":{"null" if sess is None else _js(sess)},"size":{size},'
+        f'"durable":{"null" if dur is None else "true" if dur else "false"},'
+        f'"delivery_count":{"null" if dc is None else dc},'
+        f'"reason":{"null" if reason is None else _js(reason)},'
+        f'"peer":{"null" if peer is None else _js(peer)}}}\n'
+    )
+
+
 class _JsonlFile:
     """One JSON object per line, every field present (``null`` when unknown)."""
 
@@ -96,13 +111,10 @@ class _JsonlFile:
         self._pending: list[bytes] = []
         self.size = 0
         self.rows = 0
-        self._encode = json.JSONEncoder(
-            separators=(",", ":"), check_circular=False, default=str
-        ).encode
 
     def add(self, row: Row) -> None:
         self.rows += 1
-        line = (self._encode(dict(zip(FIELD_NAMES, row, strict=True))) + "\n").encode()
+        line = _jsonl_line(row).encode("ascii")
         self._pending.append(line)
         self.size += len(line)
 
@@ -455,24 +467,32 @@ class EventLog:
             elif kind not in self._unknown_kinds and len(self._unknown_kinds) < _MAX_UNKNOWN_KINDS:
                 self._unknown_kinds.add(kind)
                 log.warning("event log: unknown event name %r written as given", kind)
-        durable = extra.get("durable")
-        dc = extra.get("delivery_count")
+        # inline type tests: the common case (right types already) costs no calls
+        g = extra.get
+        tid, proto, sess, peer = g("trace_id"), g("protocol"), g("session"), g("peer")
+        durable, dc = g("durable"), g("delivery_count")
+        if type(message_id) is not int or not -_INT64 <= message_id < _INT64:
+            message_id = _int(message_id, _INT64)
+        if type(size) is not int or not -_INT64 <= size < _INT64:
+            size = _int(size, _INT64)
+        if dc is not None and (type(dc) is not int or not -_INT32 <= dc < _INT32):
+            dc = _int(dc, _INT32)
         return (
             SCHEMA_VERSION,
             ts_ns // 1000,
             self.node,
-            str(kind),
-            _opt_str(extra.get("trace_id")),
-            _int(message_id, _INT64),
-            str(address),
-            _opt_str(queue),
-            _opt_str(extra.get("protocol")),
-            _opt_str(extra.get("session")),
-            _int(size, _INT64),
-            None if durable is None else bool(durable),
-            None if dc is None else _int(dc, _INT32),
-            _opt_str(reason),
-            _opt_str(extra.get("peer")),
+            kind if type(kind) is str else str(kind),
+            tid if tid is None or type(tid) is str else str(tid),
+            message_id,
+            address if type(address) is str else str(address),
+            queue if queue is None or type(queue) is str else str(queue),
+            proto if proto is None or type(proto) is str else str(proto),
+            sess if sess is None or type(sess) is str else str(sess),
+            size,
+            durable if durable is None or type(durable) is bool else bool(durable),
+            dc,
+            reason if reason is None or type(reason) is str else str(reason),
+            peer if peer is None or type(peer) is str else str(peer),
         )
 
     def _open(self) -> _JsonlFile | _ParquetFile:

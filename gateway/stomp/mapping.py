@@ -124,8 +124,10 @@ def message_from_send(
     """The message for a SEND to ``address`` (the session parsed ``destination``).
 
     ``msg_id`` is the engine's new id, ``now`` the creation time (ms) unless the frame has
-    ``timestamp``.  With ``user`` (the authenticated user) a ``user-id`` header must name
-    that user.  ValueError, naming the header and the expected form, for a bad value; the
+    ``timestamp``.  ``user`` (the authenticated user, when security is on) becomes the
+    ``user_id`` of a SEND without a ``user-id`` header.  A ``user-id`` header is kept as the
+    producer's claim, not checked: a bridge forwards the original producer's, under its own
+    login.  ValueError, naming the header and the expected form, for a bad value; the
     destination as sent is kept as the ``_WS_DESTINATION`` annotation."""
     props: dict[str, PropertyValue] = {}
     special = False
@@ -148,7 +150,9 @@ def message_from_send(
         annotations={DESTINATION: dest} if dest is not None else None,
     )
     if special:
-        _apply_special(msg, headers, props, now, user)
+        _apply_special(msg, headers, props, now)
+    if user is not None and msg.user_id is None:
+        msg.user_id = user
     return msg
 
 
@@ -157,7 +161,6 @@ def _apply_special(
     h: Mapping[str, str],
     props: dict[str, PropertyValue],
     now: int,
-    user: str | None,
 ) -> None:
     """The rarely used headers: steering, standard fields, types, trace id."""
     if "priority" in h:
@@ -184,8 +187,6 @@ def _apply_special(
         msg.message_id = h[MESSAGE_ID_HEADER]
     if GROUP_SEQ_HEADER in h:
         msg.group_sequence = _int_header(h, GROUP_SEQ_HEADER, 0, 2**32 - 1)
-    if user is not None and msg.user_id is not None and msg.user_id != user:
-        raise ValueError(f"user-id header {msg.user_id!r} is not the authenticated user {user!r}")
     trace = h.get(TRACE_HEADER)
     if trace is not None:
         if not trace or len(trace) > 256:
@@ -344,10 +345,10 @@ def send_headers(
     props = msg.application_properties
     types: list[tuple[str, str]] = []
     for k, v in props.items():
-        if k in _NOT_SENT or k in out:
-            continue
         if duplicate_id is not None and k == DUPLICATE_ID:
             k = source_duplicate_name
+        if k in _NOT_SENT or k in out:
+            continue
         _typed_header(out, types, k, v)
     ann = msg._ann
     if ann:

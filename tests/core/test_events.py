@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from enginekit import Collector, settle
+
 from waystation.core import eventlog as eventlog_mod
 from waystation.core.engine import Engine, EngineConfig
 from waystation.core.eventlog import EventLog, EventLogError, open_event_log

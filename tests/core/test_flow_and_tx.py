@@ -182,8 +182,8 @@ def test_event_log_records_the_lifecycle(run, tmp_path):
         assert len(files) > 1  # rolled over
         recs = [json.loads(line) for f in files for line in f.read_text().splitlines()]
         kinds = [r["event"] for r in recs]
-        for k in ("accepted", "routed", "delivered", "acked", "dead-lettered"):
+        for k in ("accepted", "routed", "delivered", "acked", "dead_lettered"):
             assert k in kinds
-        assert all(r["node"] == "node-1" and "message_id" in r and "ts" in r for r in recs)
+        assert all(r["node"] == "node-1" and "message_id" in r and "ts_us" in r for r in recs)
 
     run(go())

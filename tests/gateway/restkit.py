@@ -12,6 +12,10 @@ from aiohttp import web
 from multidict import CIMultiDict
 from nodekit import free_port
 
+# Push targets in the tests listen on 127.0.0.1, which a node refuses unless it is listed.
+PUSH_LOOPBACK = 'push_allow = ["127.0.0.0/8", "::1/128"]'
+HTTP_PUSH_LOOPBACK = f"[acceptors.http.rest]\n{PUSH_LOOPBACK}\n"
+
 
 def link(resp: aiohttp.ClientResponse, rel: str) -> str:
     """A link by name, from a ``msg-{rel}`` header or a ``Link`` header's ``rel``."""

@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 from nodekit import NodeProcess
 from stompkit import connect, unique
+
 from waystation.core.events import FIELD_NAMES, arrow_schema
 
 

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from waystation.gateway.http.rest.links import QUEUES, TOPICS
 from waystation.gateway.http.rest.registration import Registration, RegistrationError, parse
 from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml

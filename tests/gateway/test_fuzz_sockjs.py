@@ -17,6 +17,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from waystation.gateway.http.sockjs.framing import (
     PayloadError,
     close,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from nodekit import NodeProcess
-from restkit import discover, drain, link, post
+from restkit import HTTP_PUSH_LOOPBACK, PUSH_LOOPBACK, discover, drain, link, post
 from stompkit import connect, unique
 
 CONFIG = """
@@ -18,7 +18,9 @@ auto_create_addresses = false
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeProcess(tmp_path_factory.mktemp("rest-dest"), extra_config=CONFIG, http=True).start()
+    n = NodeProcess(
+        tmp_path_factory.mktemp("rest-dest"), extra_config=CONFIG, http=HTTP_PUSH_LOOPBACK
+    ).start()
     yield n
     n.stop()
 
@@ -27,7 +29,7 @@ def node(tmp_path_factory):
 def link_node(tmp_path_factory):
     n = NodeProcess(
         tmp_path_factory.mktemp("rest-link"),
-        http="[acceptors.http.rest]\nuse_link_headers = true",
+        http=f"[acceptors.http.rest]\nuse_link_headers = true\n{PUSH_LOOPBACK}",
     ).start()
     yield n
     n.stop()

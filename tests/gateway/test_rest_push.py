@@ -10,7 +10,7 @@ import time
 import aiohttp
 import pytest
 from nodekit import NodeProcess, free_port
-from restkit import Sink, consume, drain, post, registration
+from restkit import HTTP_PUSH_LOOPBACK, Sink, consume, drain, post, registration
 from stompkit import unique
 
 CONFIG = """
@@ -21,7 +21,9 @@ dead_letter_address = "dead.letters"
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeProcess(tmp_path_factory.mktemp("rest-push"), extra_config=CONFIG, http=True).start()
+    n = NodeProcess(
+        tmp_path_factory.mktemp("rest-push"), extra_config=CONFIG, http=HTTP_PUSH_LOOPBACK
+    ).start()
     yield n
     n.stop()
 
@@ -317,7 +319,7 @@ def test_topic_push_subscriptions(node, run):
 
 
 def test_durable_registrations_survive_a_restart(tmp_path, run):
-    node = NodeProcess(tmp_path, http=True).start()
+    node = NodeProcess(tmp_path, http=HTTP_PUSH_LOOPBACK).start()
     q, t = unique(), unique("t")
     sink = Sink()
     locs: dict[str, str] = {}
@@ -381,7 +383,7 @@ def test_durable_registrations_survive_a_restart(tmp_path, run):
 
 
 def test_rel_destination_forwards_to_another_rest_server(node, tmp_path, run):
-    other = NodeProcess(tmp_path / "other", http=True).start()
+    other = NodeProcess(tmp_path / "other", http=HTTP_PUSH_LOOPBACK).start()
     q = unique()
 
     async def go():

@@ -12,14 +12,14 @@ import aiohttp
 import psutil
 import pytest
 from nodekit import NodeProcess, free_port
-from restkit import Sink, consume, drain, post, register, registration
+from restkit import HTTP_PUSH_LOOPBACK, Sink, consume, drain, post, register, registration
 from stompkit import unique
 from wanproxy import WanProxy
 
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeProcess(tmp_path_factory.mktemp("rest-push-faults"), http=True).start()
+    n = NodeProcess(tmp_path_factory.mktemp("rest-push-faults"), http=HTTP_PUSH_LOOPBACK).start()
     yield n
     n.stop()
 
@@ -43,7 +43,7 @@ def test_a_registration_that_cannot_be_stored_touches_nothing(tmp_path, run):
     used to delete the queue it was made for); a registration that disables itself while
     the store is broken logs that its state was not saved; a durable pull subscription
     that cannot be recorded is 507 and leaves no queue."""
-    node = NodeProcess(tmp_path, http=True).start()
+    node = NodeProcess(tmp_path, http=HTTP_PUSH_LOOPBACK).start()
     q, t = unique("victim"), unique("t")
     store = tmp_path / "data" / "rest-push"
 
@@ -196,7 +196,7 @@ def test_rel_destination_is_exactly_once_through_refusals_and_cuts(node, tmp_pat
     exactly once, in order.  Each cut comes just after a message reached the remote, so it
     mostly kills that message's 201 on its way back: the resend carries the same duplicate id
     and the remote drops it."""
-    other = NodeProcess(tmp_path / "other", http=True).start()
+    other = NodeProcess(tmp_path / "other", http=HTTP_PUSH_LOOPBACK).start()
     q, inbox = unique(), unique("inbox")
     n = 20
 
@@ -250,11 +250,16 @@ def test_dead_letter_reasons_are_engine_vocabulary():
 
     assert waystation.core.postoffice.NO_ROUTE is waystation.core.reasons.NO_ROUTE
     assert waystation.bridges.reasons.REMOTE_REJECTED is waystation.core.reasons.REMOTE_REJECTED
-    assert waystation.gateway.http.rest.push.REMOTE_REJECTED is waystation.core.reasons.REMOTE_REJECTED
+    assert (
+        waystation.gateway.http.rest.push.REMOTE_REJECTED is waystation.core.reasons.REMOTE_REJECTED
+    )
     rest = Path(waystation.gateway.http.rest.push.__file__).parent
     for path in rest.glob("*.py"):
         for stmt in ast.walk(ast.parse(path.read_text())):
             if isinstance(stmt, ast.ImportFrom | ast.Import):
                 names = [stmt.module or ""] if isinstance(stmt, ast.ImportFrom) else []
                 names += [a.name for a in stmt.names] if isinstance(stmt, ast.Import) else []
-                assert not any(n.split(".")[:2] == ["waystation", "bridges"] for n in names), (path, names)
+                assert not any(n.split(".")[:2] == ["waystation", "bridges"] for n in names), (
+                    path,
+                    names,
+                )

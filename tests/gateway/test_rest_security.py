@@ -6,7 +6,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 from nodekit import SECURITY_USERS, NodeProcess
-from restkit import post, registration
+from restkit import HTTP_PUSH_LOOPBACK, post, registration
 from stompkit import connect, unique
 
 USERS = (
@@ -33,7 +33,9 @@ LIMITED = {"Authorization": aiohttp.encode_basic_auth("limited", "l")}
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    n = NodeProcess(tmp_path_factory.mktemp("rest-sec"), extra_config=USERS, http=True).start()
+    n = NodeProcess(
+        tmp_path_factory.mktemp("rest-sec"), extra_config=USERS, http=HTTP_PUSH_LOOPBACK
+    ).start()
     yield n
     n.stop()
 

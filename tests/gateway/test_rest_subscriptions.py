@@ -9,7 +9,7 @@ import asyncio
 import aiohttp
 import pytest
 from nodekit import NodeProcess
-from restkit import Sink, consume, post, register, registration
+from restkit import PUSH_LOOPBACK, Sink, consume, post, register, registration
 from stompkit import connect, unique
 
 
@@ -17,7 +17,7 @@ from stompkit import connect, unique
 def node(tmp_path_factory):
     n = NodeProcess(
         tmp_path_factory.mktemp("rest-subs"),
-        http='[acceptors.http.rest]\nsession_timeout_task_interval = "100ms"',
+        http=f'[acceptors.http.rest]\nsession_timeout_task_interval = "100ms"\n{PUSH_LOOPBACK}',
     ).start()
     yield n
     n.stop()

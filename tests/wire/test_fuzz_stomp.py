@@ -15,6 +15,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from waystation.wire.stomp import (
     _JOIN_BELOW,
     HEARTBEAT,

@@ -7,15 +7,20 @@ Into a message (a POST):
   ``http_x$order = '42'``); transport and hop-by-hop headers (Host, Content-Length,
   Connection, Authorization, Accept-Wait, User-Agent, Accept*, X-Forwarded-*, ...) are not
   copied;
-- ``Content-Type`` is ALSO stored as ``content-type``, the property STOMP uses, so a STOMP
-  consumer gets ``content-type:`` with the exact body bytes;
+- ``Content-Type`` is ALSO the message's ``content_type`` standard field (which a STOMP
+  consumer gets as ``content-type:``, with the exact body bytes): see
+  :func:`fields_from_properties`; every property is a string;
 - a header value that is not UTF-8 (aiohttp hands its bytes over as surrogates) is refused
   with 400 naming the header: the store keeps text as UTF-8.
 
 Out of a message (a pull answer or a push request):
 
-- ``Content-Type`` is the ``content-type`` property (or ``http_content$type``), else
+- ``Content-Type`` is the ``content_type`` field (or, for messages stored before it was a
+  field, the ``content-type`` property, or ``http_content$type``), else
   ``application/octet-stream``; the body is the stored bytes, unchanged;
+- the other standard fields are headers named as in STOMP (``correlation-id``, ``reply-to``,
+  ``user-id``, ``subject``, ``amqp-message-id``, ``JMSXGroupID``,
+  ``JMSXGroupSeq``) and the trace id is ``ws-trace-id``; typed values are sent as text;
 - a property ``http_a$b`` is the header ``a-b`` (what was posted comes back as posted);
 - any other property (a STOMP header, an engine annotation such as ``_WS_DLQ_REASON``) is a
   header of the same name when that name is a valid HTTP token and not one the server sets
@@ -131,8 +136,18 @@ def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, Pro
     return dict(props)
 
 
-def content_type(props: Mapping[str, PropertyValue], default: str = DEFAULT_TYPE) -> str:
-    v = props.get(CONTENT_TYPE)
+def fields_from_properties(msg: Message) -> None:
+    """Move what :func:`properties_from_request` stored as ``content-type`` into the
+    ``content_type`` field (``http_content$type`` stays, a string property as posted)."""
+    v = msg.application_properties.pop(CONTENT_TYPE, None)
+    if isinstance(v, str):
+        msg.content_type = v
+
+
+def content_type(
+    props: Mapping[str, PropertyValue], default: str = DEFAULT_TYPE, field: str | None = None
+) -> str:
+    v: PropertyValue = field if field is not None else props.get(CONTENT_TYPE)
     if v is None:
         v = props.get(HTTP_PREFIX + "content$type")
     text = property_text(v) if v is not None else ""
@@ -146,8 +161,9 @@ def clean_value(value: str) -> bool:
 
 def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[str, str]:
     """HTTP headers describing ``msg`` (Content-Type first, then its properties)."""
-    headers = {"Content-Type": content_type(msg.properties, default_type)}
-    for k, v in msg.properties.items():
+    props = msg.properties
+    headers = {"Content-Type": content_type(props, default_type, msg.content_type)}
+    for k, v in props.items():
         if v is None:
             continue
         name = k[len(HTTP_PREFIX) :].replace("$", "-") if k.startswith(HTTP_PREFIX) else k
@@ -161,6 +177,21 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
         text = property_text(v)
         if clean_value(text):
             headers[name] = text
+    fields: list[tuple[str, PropertyValue]] = [
+        ("amqp-message-id", msg.message_id),
+        ("correlation-id", msg.correlation_id),
+        ("reply-to", msg.reply_to),
+        ("user-id", msg.user_id),
+        ("subject", msg.subject),
+        ("JMSXGroupID", msg.group_id),
+        ("JMSXGroupSeq", msg.group_sequence),
+        ("ws-trace-id", msg.trace_id),
+    ]
+    for name, value in fields:
+        if value is not None:
+            text = property_text(value)
+            if clean_value(text):
+                headers[name] = text
     return headers
 
 
@@ -220,6 +251,7 @@ __all__ = [
     "TOKEN",
     "clean_value",
     "content_type",
+    "fields_from_properties",
     "message_headers",
     "parse_bool",
     "parse_int",

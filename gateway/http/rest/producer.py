@@ -30,7 +30,13 @@ from waystation.core.security import Permission
 from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import QUEUES
-from waystation.gateway.http.rest.mapping import parse_bool, parse_int, properties_from_request, read_body
+from waystation.gateway.http.rest.mapping import (
+    fields_from_properties,
+    parse_bool,
+    parse_int,
+    properties_from_request,
+    read_body,
+)
 from waystation.gateway.http.rest.service import SERVICE
 
 MAX_MS = 2**63 - 1  # the store's timestamps are signed 64-bit milliseconds
@@ -82,6 +88,7 @@ async def post_message(request: web.Request) -> web.StreamResponse:
         priority=DEFAULT_PRIORITY if priority is None else priority,
         expiration=expiration,
     )
+    fields_from_properties(msg)  # Content-Type: the content_type field
     while (gate := engine.blocked(address)) is not None:
         await gate  # BLOCK: hold the answer until the address has room
     try:
