@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, Field, model_validator
@@ -198,8 +199,6 @@ class RestConfig(Section):
 
     @model_validator(mode="after")
     def _networks(self) -> RestConfig:
-        import ipaddress
-
         for i, net in enumerate(self.push_allow):
             try:
                 ipaddress.ip_network(net, strict=False)

@@ -11,8 +11,9 @@ import hmac
 from pydantic import Field, model_validator
 
 from waystation.config.errors import Problems
-from waystation.config.fields import AddressPattern, Name, PasswordHashText, Section
+from waystation.config.fields import AddressPattern, Duration, Name, PasswordHashText, Section
 from waystation.config.passwords import verify_password
+from waystation.config.units import duration
 
 PERMISSIONS = (
     "send",
@@ -84,6 +85,35 @@ class PermissionConfig(Section):
         return {p: self.roles(p) for p in PERMISSIONS}
 
 
+class LoginConfig(Section):
+    """``[security.login]``: how failed logins are throttled (see docs/security.md)."""
+
+    free_failures: int = Field(
+        default=5, ge=1, description="Failed logins from one source address before delays start."
+    )
+    free_failures_per_user: int = Field(
+        default=10, ge=1, description="Failed logins for one login name before delays start."
+    )
+    base_delay: Duration = Field(
+        default=duration("1s"), description="Lock after the first counted failure; doubles."
+    )
+    max_delay: Duration = Field(default=duration("60s"), description="Longest lock.")
+    forget_after: Duration = Field(
+        default=duration("15m"), description="A source or name with no failure for this "
+        "long starts afresh.",
+    )  # fmt: skip
+    max_entries: int = Field(
+        default=10000, ge=100, description="Sources (and names) remembered, oldest dropped."
+    )
+    workers: int = Field(default=2, ge=1, description="Threads running password hashes.")
+    max_pending: int = Field(
+        default=64, ge=1, description="Checks waiting for a thread; more are refused at once."
+    )
+    refusal_delay: Duration = Field(
+        default=duration("1s"), description="A throttled attempt is answered after this."
+    )
+
+
 class SecurityConfig(Section):
     enabled: bool = Field(
         default=False,
@@ -95,6 +125,9 @@ class SecurityConfig(Section):
     anonymous_roles: list[Name] = Field(
         default_factory=list, description="Roles of anonymous connections."
     )
+    login: LoginConfig = Field(
+        default_factory=LoginConfig, description="Throttling of failed logins."
+    )
 
 
-__all__ = ["PERMISSIONS", "PermissionConfig", "SecurityConfig", "UserConfig"]
+__all__ = ["PERMISSIONS", "LoginConfig", "PermissionConfig", "SecurityConfig", "UserConfig"]

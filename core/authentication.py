@@ -10,7 +10,10 @@ Why each rule:
 - Failed logins are counted per source address and per login name.  After ``free_failures``
   (``free_failures_per_user`` for a name) each further failure locks that key for a delay
   that doubles up to ``max_delay``; an attempt on a locked key is refused without hashing.
-  A success clears its keys.  Both tables are bounded (least recently failed forgotten
+  A refused attempt is answered after ``refusal_delay`` (tarpit), so a guessing loop is
+  slowed to the server's pace instead of costing it thousands of requests a second.
+  A success clears its keys; a password already verified (kept as a digest) passes a
+  login's lock, so a stranger's guesses cannot lock a user out who knows the password.  Both tables are bounded (least recently failed forgotten
   first) and a key with no failure for ``forget_after`` is dropped.
 - An unknown login runs a real user's check on the passcode (the result ignored), so timing
   does not tell which users exist; every refusal starts ``authentication failed`` (a locked
@@ -59,6 +62,7 @@ class LoginPolicy:
     workers: int = 2  # threads running password hashes
     max_pending: int = 64  # checks waiting for a worker; more are refused at once
     verified_cache: int = 10_000  # successful (login, passcode digest) pairs remembered
+    refusal_delay: float = 1.0  # a refused attempt is answered after this (or the lock's end)
 
 
 class _Throttle:
@@ -124,7 +128,15 @@ class Authenticator:
     # -- the API --------------------------------------------------------------------------
     async def authenticate(self, login: str | None, passcode: str | None, source: str) -> Principal:
         """The principal, or AuthenticationError("authentication failed...")."""
-        quick = self._before(login, passcode, source)
+        try:
+            quick = self._before(login, passcode, source)
+        except AuthenticationError as e:
+            # answer a throttled attempt late: a guessing loop then makes one attempt a
+            # second per connection instead of thousands, and costs the loop that little
+            wait = getattr(e, "retry_in", 0.0)
+            if wait > 0:
+                await asyncio.sleep(min(wait, self.policy.refusal_delay))
+            raise
         if isinstance(quick, Principal):
             return quick
         user, key = quick
@@ -168,21 +180,23 @@ class Authenticator:
                 return Principal(ANONYMOUS.name, sec.anonymous_roles)
             raise AuthenticationError(f"{FAILED}: login required")
         now = time.monotonic()
-        wait = max(
-            self.by_source.locked_for(source_host(source), now),
-            self.by_user.locked_for(login, now),
-        )
-        if wait > 0:
-            self.stats["refused_locked"] += 1
-            raise AuthenticationError(
-                f"{FAILED}: too many failed logins from this address or for this login "
-                f"(login throttle); retry in {wait:.0f}s"
-            )
+        wait = self.by_source.locked_for(source_host(source), now)
         user = sec.users.get(login)
         key = (login, hashlib.sha256((passcode or "").encode()).digest())
-        if user is not None and key in self._verified:
+        if wait <= 0 and user is not None and key in self._verified:
+            # a password already proven right is no guess: a user locked by someone else's
+            # wrong guesses still gets in with it (no lock-out of a user by a stranger)
             self._verified.move_to_end(key)
             return Principal(user.name, user.roles)
+        wait = max(wait, self.by_user.locked_for(login, now))
+        if wait > 0:
+            self.stats["refused_locked"] += 1
+            e = AuthenticationError(
+                f"{FAILED}: too many failed logins from this address or for this login "
+                f"(login throttle); retry in {max(1, round(wait))}s"
+            )
+            e.retry_in = wait  # type: ignore[attr-defined]
+            raise e
         return user, key
 
     def _check(self, user: User | None, passcode: str) -> bool:

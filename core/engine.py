@@ -296,14 +296,19 @@ class Engine:
         )
 
     def send(
-        self, msg: Message, *, routing: str | None = None, tx: Transaction | None = None
+        self,
+        msg: Message,
+        *,
+        routing: str | None = None,
+        tx: Transaction | None = None,
+        **origin: object,
     ) -> asyncio.Future[None] | None:
         """Route a message.  A returned future resolves when a durable message is on disk."""
         if tx is not None:
             self.post.check_storable(msg)  # refused at SEND, never half-way through a commit
             tx.add_send(msg)
             return None
-        return self.post.send(msg, routing)
+        return self.post.send(msg, routing, **origin)
 
     def blocked(self, address: str) -> asyncio.Future[None] | None:
         return self.post.blocked(address)

@@ -36,7 +36,7 @@ import time
 import uuid
 from collections import ChainMap
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 import msgpack
 
@@ -209,7 +209,7 @@ def parse_typed(type_: str, text: str) -> PropertyValue:
         )
     s = text.strip()
     if len(s) > _MAX_TYPED_TEXT:
-        raise ValueError(f"{text[:40]!r}... is too long for a {type_}")
+        raise ValueError(f"{text[:40]!r}... is too long for type {type_}")
     try:
         if type_ == BOOLEAN:
             low = s.lower()
@@ -233,7 +233,7 @@ def parse_typed(type_: str, text: str) -> PropertyValue:
             return float(s)
         return uuid.UUID(s)
     except ValueError:
-        raise ValueError(f"{text!r} is not a {type_} ({_FORMS[type_]})") from None
+        raise ValueError(f"{text!r} is not of type {type_} ({_FORMS[type_]})") from None
 
 
 _FORMS = {
@@ -281,6 +281,36 @@ STANDARD_FIELDS = (
 )
 
 
+T = TypeVar("T")
+
+
+class _Field(Generic[T]):
+    """A standard field: item ``index`` of the message's ``_std`` list."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _Field[T]: ...
+    @overload
+    def __get__(self, obj: Message, owner: type | None = None) -> T: ...
+    def __get__(self, obj: Message | None, owner: type | None = None) -> T | _Field[T]:
+        if obj is None:
+            return self
+        s = obj._std
+        return s[self.index] if s is not None else None  # type: ignore[return-value]
+
+    def __set__(self, obj: Message, value: T) -> None:
+        s = obj._std
+        if s is None:
+            if value is None:
+                return
+            s = obj._std = [None] * len(_FIELD_INDEX)
+        s[self.index] = value  # type: ignore[call-overload]
+
+
 class Message:
     """One message.  Positional arguments as before: ``Message(id, address, body,
     properties, durable, priority, timestamp, expiration, scheduled)``; annotations and
@@ -297,18 +327,21 @@ class Message:
         "expiration",
         "scheduled",
         "_ann",
-        "message_id",
-        "correlation_id",
-        "reply_to",
-        "content_type",
-        "content_encoding",
-        "user_id",
-        "subject",
-        "group_id",
-        "group_sequence",
+        "_std",
         "trace_id",
         "_size",
     )
+    # standard fields: kept in ``_std`` (one slot, None until one is set), so a message
+    # without any costs one assignment, and a mapping skips them all with one test
+    message_id: _Field[PropertyValue] = _Field(0)
+    correlation_id: _Field[PropertyValue] = _Field(1)
+    reply_to: _Field[str | None] = _Field(2)
+    content_type: _Field[str | None] = _Field(3)
+    content_encoding: _Field[str | None] = _Field(4)
+    user_id: _Field[str | None] = _Field(5)
+    subject: _Field[str | None] = _Field(6)
+    group_id: _Field[str | None] = _Field(7)
+    group_sequence: _Field[int | None] = _Field(8)
 
     def __init__(
         self,
@@ -323,17 +356,10 @@ class Message:
         scheduled: int = 0,  # absolute ms since the epoch before which it is not delivered
         *,
         annotations: dict[str, PropertyValue] | None = None,
-        message_id: PropertyValue = None,
-        correlation_id: PropertyValue = None,
-        reply_to: str | None = None,
-        content_type: str | None = None,
-        content_encoding: str | None = None,
-        user_id: str | None = None,
-        subject: str | None = None,
-        group_id: str | None = None,
-        group_sequence: int | None = None,
         trace_id: str | None = None,
+        **fields: PropertyValue,
     ) -> None:
+        """``fields``: standard fields by name (``message_id=...``, ``content_type=...``)."""
         self.id = id
         self.address = address
         self.body = body
@@ -344,17 +370,19 @@ class Message:
         self.expiration = expiration
         self.scheduled = scheduled
         self._ann = annotations
-        self.message_id = message_id
-        self.correlation_id = correlation_id
-        self.reply_to = reply_to
-        self.content_type = content_type
-        self.content_encoding = content_encoding
-        self.user_id = user_id
-        self.subject = subject
-        self.group_id = group_id
-        self.group_sequence = group_sequence
+        self._std: list[PropertyValue] | None = None  # the standard fields, when any is set
         self.trace_id = trace_id
         self._size = 0
+        if fields:
+            for name, value in fields.items():
+                if name not in _FIELD_INDEX:
+                    raise TypeError(f"Message has no standard field {name!r}")
+                setattr(self, name, value)
+
+    def has_fields(self) -> bool:
+        """Whether any standard field (apart from the trace id) was ever set: lets a
+        protocol mapping skip them all with one test."""
+        return self._std is not None
 
     # -- the three kinds of data ----------------------------------------------------------
     @property
@@ -389,12 +417,13 @@ class Message:
 
     def group(self) -> PropertyValue:
         """The message group: the ``group_id`` field, or a legacy ``_WS_GROUP_ID`` property."""
-        g = self.group_id
-        if g is None:
-            p = self._props
-            if p:
-                return p.get(GROUP_ID)
-        return g
+        s = self._std  # read directly: the queue asks for every message it hands out
+        if s is not None:
+            g = s[7]  # group_id (see STANDARD_FIELDS)
+            if g is not None:
+                return g
+        p = self._props
+        return p.get(GROUP_ID) if p else None
 
     # -- sizes, expiry, copies --------------------------------------------------------------
     def size(self) -> int:
@@ -424,7 +453,7 @@ class Message:
     def copy(self, new_id: int, address: str | None = None) -> Message:
         """A new message with every field, property and annotation (the trace id too)."""
         a = self._ann
-        return Message(
+        m = Message(
             new_id,
             self.address if address is None else address,
             self.body,
@@ -435,17 +464,11 @@ class Message:
             self.expiration,
             self.scheduled,
             annotations=dict(a) if a else None,
-            message_id=self.message_id,
-            correlation_id=self.correlation_id,
-            reply_to=self.reply_to,
-            content_type=self.content_type,
-            content_encoding=self.content_encoding,
-            user_id=self.user_id,
-            subject=self.subject,
-            group_id=self.group_id,
-            group_sequence=self.group_sequence,
             trace_id=self.trace_id,
         )
+        if self._std is not None:
+            m._std = list(self._std)
+        return m
 
     def duplicate_id(self) -> str | bytes | None:
         props = self._props
@@ -472,17 +495,6 @@ class Message:
         """The journal record: a list of 12 (the 9 of the first format, then annotations,
         trace id, and the other standard fields or None).  Raises OverflowError, ValueError
         or TypeError for a value that cannot be stored."""
-        std = [
-            self.message_id,
-            self.correlation_id,
-            self.reply_to,
-            self.content_type,
-            self.content_encoding,
-            self.user_id,
-            self.subject,
-            self.group_id,
-            self.group_sequence,
-        ]
         return _pack(
             [
                 self.id,
@@ -496,7 +508,7 @@ class Message:
                 self.scheduled,
                 self._ann or None,
                 self.trace_id,
-                None if std == _NO_STD else std,
+                self._std,
             ]
         )
 
@@ -516,21 +528,18 @@ class Message:
             m.trace_id = t[10]
             std = t[11]
             if std:
-                (
-                    m.message_id,
-                    m.correlation_id,
-                    m.reply_to,
-                    m.content_type,
-                    m.content_encoding,
-                    m.user_id,
-                    m.subject,
-                    m.group_id,
-                    m.group_sequence,
-                ) = std
+                if not isinstance(std, list) or len(std) != len(_FIELD_INDEX):
+                    raise ValueError(f"standard fields {std!r}: expected {len(_FIELD_INDEX)}")
+                m._std = std
         return m
 
 
-_NO_STD = [None] * (len(STANDARD_FIELDS) - 1)  # all but the trace id
+_FIELD_INDEX = {name: i for i, name in enumerate(STANDARD_FIELDS[:-1])}  # not trace_id
+
+
+for _name, _i in _FIELD_INDEX.items():
+    assert getattr(Message, _name).index == _i, _name
+assert _FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
 
 
 class _PropertiesView(ChainMap[str, PropertyValue]):

@@ -446,9 +446,15 @@ class PostOffice:
         return fut
 
     def route(
-        self, msg: Message, ops: list[Op], routing: str | None = None, depth: int = 0
+        self,
+        msg: Message,
+        ops: list[Op],
+        routing: str | None = None,
+        depth: int = 0,
+        origin: dict[str, object] | None = None,
     ) -> bool:
-        """Route ``msg``; append what must be written to ``ops``.  Returns whether the
+        """Route ``msg``; append what must be written to ``ops``.  ``origin`` (``protocol``,
+        ``session``) goes into the ``accepted`` event.  Returns whether the
         message needs a synchronous write (durable and stored somewhere durable)."""
         if depth > MAX_ROUTE_DEPTH:
             log.error("message %d: routing deeper than %d hops, dropped", msg.id, MAX_ROUTE_DEPTH)
@@ -505,7 +511,14 @@ class PostOffice:
         encoded = self._encode(msg) if msg.durable else None
         if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
             self.events.emit(
-                "accepted", msg.id, address, msg.size(), trace_id=msg.trace_id, durable=msg.durable
+                "accepted",
+                msg.id,
+                address,
+                msg.size(),
+                None,
+                trace_id=msg.trace_id,
+                durable=msg.durable,
+                **(origin or {}),
             )
         sync = False
         diverts = self._diverts_for(address) if self.diverts else ()
@@ -640,11 +653,14 @@ class PostOffice:
         self._ensure_anycast(msg.address)
         return self._route_local(msg, ops)
 
-    def send(self, msg: Message, routing: str | None = None) -> asyncio.Future[None] | None:
-        """Route and persist one message; the future (if any) resolves once it is on disk."""
+    def send(
+        self, msg: Message, routing: str | None = None, **origin: object
+    ) -> asyncio.Future[None] | None:
+        """Route and persist one message; the future (if any) resolves once it is on disk.
+        ``origin``: ``protocol`` and ``session`` of the producer, for the ``accepted`` event."""
         self.check_full(msg.address)
         ops: list[Op] = []
-        sync = self.route(msg, ops, routing)
+        sync = self.route(msg, ops, routing, 0, origin)
         if not ops:
             return None
         fut = self.persistence.write(ops, sync)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import msgpack
+
 from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
 from waystation.core.filter import Filter
 from waystation.core.message import Message, now_ms

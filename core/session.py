@@ -197,7 +197,7 @@ class Session:
             t.bytes += msg.size()
             self.messages_in += 1
             return None
-        fut = self.engine.send(msg, routing=routing)
+        fut = self.engine.send(msg, routing=routing, protocol=self.protocol, session=self.id)
         self.messages_in += 1
         return fut
 

@@ -18,10 +18,16 @@ import asyncio
 import logging
 import resource
 from collections import Counter
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+from waystation.core.authentication import LoginPolicy
+
+if TYPE_CHECKING:
+    from waystation.config.security import LoginConfig
 
 log = logging.getLogger("waystation.admission")
 
+REFUSAL_DELAY = 1.0  # seconds a per-address refusal is held before it is answered (tarpit)
 RESERVE_FRACTION = 0.1  # of the descriptor limit, kept for files, bridges and the like
 RESERVE_MIN = 256
 
@@ -147,11 +153,28 @@ def connect_deadline(session: _Login, seconds: float) -> asyncio.TimerHandle | N
     return asyncio.get_running_loop().call_later(seconds, expired)
 
 
+def login_policy(cfg: LoginConfig) -> LoginPolicy:
+    """The core's login policy from ``[security.login]`` (core knows no config)."""
+    return LoginPolicy(
+        free_failures=cfg.free_failures,
+        free_failures_per_user=cfg.free_failures_per_user,
+        base_delay=cfg.base_delay.total_seconds(),
+        max_delay=cfg.max_delay.total_seconds(),
+        forget_after=cfg.forget_after.total_seconds(),
+        max_entries=cfg.max_entries,
+        workers=cfg.workers,
+        max_pending=cfg.max_pending,
+        refusal_delay=cfg.refusal_delay.total_seconds(),
+    )
+
+
 __all__ = [
     "BUDGET",
     "Admission",
+    "REFUSAL_DELAY",
     "SocketBudget",
     "connect_deadline",
+    "login_policy",
     "peer_host",
     "raise_fd_limit",
 ]

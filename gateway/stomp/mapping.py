@@ -11,7 +11,8 @@ MESSAGE frame by :func:`delivery_headers` (the session adds ``destination``, ``m
   server's), ``correlation-id``, ``reply-to``, ``content-type``, ``content-encoding``,
   ``user-id``, ``subject``, ``JMSXGroupID``, ``JMSXGroupSeq``, ``timestamp`` (creation time,
   ms), ``ws-trace-id`` (the trace id: a message that already has one, from a bridge or a
-  relaying client, keeps it);
+  relaying client, keeps it); MESSAGE frames leave out ``timestamp`` and ``ws-trace-id``
+  (a bridge's SEND has them);
 * every other header is an application property, a string unless ``ws-types`` says
   otherwise.
 
@@ -91,7 +92,15 @@ CONTROL_HEADERS = frozenset(
     )
 )
 # headers whose presence needs work beyond copying (looked at only when one is present)
-_SPECIAL = CONTROL_HEADERS - {"destination", "receipt", "transaction", "content-length"}
+_SPECIAL = CONTROL_HEADERS - {
+    "destination",
+    "receipt",
+    "transaction",
+    "content-length",
+    "persistent",
+}
+# SEND header -> True: needs work (steering, fields, types), False: framing, only skipped
+_KINDS: dict[str, bool] = {k: k in _SPECIAL for k in CONTROL_HEADERS}
 # MESSAGE headers that the frame owns: a property of that name is not sent as a header
 OWN_HEADERS = frozenset(
     (
@@ -131,24 +140,19 @@ def message_from_send(
     destination as sent is kept as the ``_WS_DESTINATION`` annotation."""
     props: dict[str, PropertyValue] = {}
     special = False
+    kinds = _KINDS
     for k, v in headers.items():
-        if k in _SPECIAL:
-            special = True
-        elif k not in CONTROL_HEADERS:
+        kind = kinds.get(k)
+        if kind is None:
             props[k] = v
-    dest = headers.get("destination")
+        elif kind:
+            special = True
     msg = Message(
-        msg_id,
-        address,
-        body,
-        props,
-        headers.get("persistent") == "true",
-        DEFAULT_PRIORITY,
-        now,
-        0,
-        0,
-        annotations={DESTINATION: dest} if dest is not None else None,
+        msg_id, address, body, props, headers.get("persistent") == "true", DEFAULT_PRIORITY, now
     )
+    dest = headers.get("destination")
+    if dest is not None:
+        msg._ann = {DESTINATION: dest}  # the slot: no keyword call on the hot path
     if special:
         _apply_special(msg, headers, props, now)
     if user is not None and msg.user_id is None:
@@ -248,11 +252,16 @@ def _quote(name: str) -> str:
 def delivery_headers(msg: Message) -> dict[str, str]:
     """The headers of a MESSAGE frame for ``msg``, apart from those the session adds
     (destination, message-id, subscription, ack, redelivered).  Properties come first (with
-    the visible annotations such as ``_WS_DLQ_REASON``), then the standard fields."""
+    the visible annotations such as ``_WS_DLQ_REASON``), then the standard fields and
+    ``ws-types``.  Creation time and trace id are not shown (selectors can use
+    ``JMSTimestamp`` and ``WSTraceID``; the trace id is in the event log): a MESSAGE frame is
+    on the hot path, and clients never got them before."""
     out: dict[str, str] = {}
     types: list[tuple[str, str]] | None = None
-    for k, v in msg.properties.items():
-        if k in OWN_HEADERS:
+    own = OWN_HEADERS
+    props = msg.properties if msg._ann else msg._props  # skip the property on the hot path
+    for k, v in props.items():
+        if k in own:
             continue
         if type(v) is str:
             out[k] = v
@@ -263,44 +272,38 @@ def delivery_headers(msg: Message) -> dict[str, str]:
             if types is None:
                 types = []
             types.append((k, t))
-    _fields(msg, out)
-    if msg.durable:
+    m = msg
+    if m._std is not None:  # any standard field set (has_fields(), without the call)
+        types = _fields(m, out, types)
+    if m.durable:
         out["persistent"] = "true"
-    if msg.priority != DEFAULT_PRIORITY:
-        out["priority"] = str(msg.priority)
-    if msg.expiration:
-        out["expires"] = str(msg.expiration)
-    if msg.timestamp:
-        out["timestamp"] = str(msg.timestamp)
-    if msg.trace_id is not None:
-        out[TRACE_HEADER] = msg.trace_id
-    types = _id_types(msg, types)
+    if m.priority != DEFAULT_PRIORITY:
+        out["priority"] = str(m.priority)
+    if m.expiration:
+        out["expires"] = str(m.expiration)
     if types:
         out[TYPES_HEADER] = format_types(types)
     return out
 
 
-def _fields(msg: Message, out: dict[str, str]) -> None:
-    if msg.message_id is not None:
-        out[MESSAGE_ID_HEADER] = typed_text(msg.message_id)
-    if msg.correlation_id is not None:
-        out["correlation-id"] = typed_text(msg.correlation_id)
-    for header, field in FIELD_HEADERS.items():
-        if field == "correlation_id":
-            continue
-        v = getattr(msg, field)
-        if v is not None:
-            out[header] = v
-    if msg.group_sequence is not None:
-        out[GROUP_SEQ_HEADER] = str(msg.group_sequence)
-
-
-def _id_types(msg: Message, types: list[tuple[str, str]] | None) -> list[tuple[str, str]] | None:
+def _fields(
+    msg: Message, out: dict[str, str], types: list[tuple[str, str]] | None
+) -> list[tuple[str, str]] | None:
+    """The standard fields as headers; the types of non-string ids join ``types``."""
     for header, field in _TYPED_FIELDS.items():
         v = getattr(msg, field)
-        if v is not None and type(v) is not str:
-            types = types or []
-            types.append((header, type_name(v)))
+        if v is not None:
+            out[header] = typed_text(v)
+            if type(v) is not str:
+                types = types or []
+                types.append((header, type_name(v)))
+    for header, field in FIELD_HEADERS.items():
+        if field != "correlation_id":
+            v = getattr(msg, field)
+            if v is not None:
+                out[header] = v
+    if msg.group_sequence is not None:
+        out[GROUP_SEQ_HEADER] = str(msg.group_sequence)
     return types
 
 
@@ -357,7 +360,7 @@ def send_headers(
             if k in _NOT_FORWARDED or (routed and k == ORIGINAL_ADDRESS) or k in out:
                 continue
             _typed_header(out, types, k, v)
-    _fields(msg, out)  # a field wins over a (legacy) property of the same header name
+    all_types = _fields(msg, out, types or None)  # a field wins over a legacy property
     if msg.durable:
         out["persistent"] = "true"
     if msg.priority != DEFAULT_PRIORITY:
@@ -368,7 +371,6 @@ def send_headers(
         out["timestamp"] = str(msg.timestamp)
     if msg.trace_id is not None:
         out[TRACE_HEADER] = msg.trace_id
-    all_types = _id_types(msg, types)
     if all_types:
         out[TYPES_HEADER] = format_types(all_types)
     return list(out.items())

@@ -16,6 +16,7 @@ from waystation.core.filter import compile_filter
 from waystation.core.message import (
     DEAD_LETTER_REASON,
     DIVERT_PATH,
+    GROUP_ID,
     ORIGINAL_ADDRESS,
     Float32,
     Int32,
@@ -309,3 +310,16 @@ def test_trace_id_is_set_once_and_kept_by_diverts_and_dead_letters(run) -> None:
         )
 
     run(go())
+
+
+def test_group_and_standard_fields_on_the_message() -> None:
+    assert Message(1, "q", group_id="g").group() == "g"
+    assert Message(1, "q", b"", {GROUP_ID: "legacy"}).group() == "legacy"
+    m = Message(1, "q")
+    assert m.group() is None and not m.has_fields() and m.content_type is None
+    m.content_type = None  # setting None to an unset field makes nothing
+    assert not m.has_fields()
+    m.reply_to = "r"
+    assert m.has_fields() and m.copy(2).reply_to == "r"
+    with pytest.raises(TypeError, match="no standard field 'colour'"):
+        Message(1, "q", colour="red")  # type: ignore[arg-type]

@@ -23,6 +23,7 @@ The consume/acknowledge state machine is in :mod:`pulling`.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from aiohttp import web
@@ -31,6 +32,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from waystation.core.filter import compile_filter
 from waystation.core.queue import ANYCAST, MULTICAST
 from waystation.core.security import Permission, Principal
+from waystation.gateway.admission import REFUSAL_DELAY
 from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import QUEUES, TOPICS, Links, Paths, kind_of
@@ -197,6 +199,9 @@ async def create(request: web.Request) -> web.StreamResponse:
         idle_ms = parse_int("idle-timeout", p.get("idle-timeout"), 1)
         timeout = idle_ms / 1000 if idle_ms is not None else None
         delete_when_idle = parse_bool("delete-when-idle", p.get("delete-when-idle"), False)
+    user = who.name if svc.engine.security.enabled else ""
+    if reg.owners.refusal(user, auth.source_of(request), "") is not None:
+        await asyncio.sleep(REFUSAL_DELAY)  # held a moment: a flooding loop is slowed
     status = 201
     if durable_name is not None:
         status, c = await _durable(

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from waystation.gateway.admission import REFUSAL_DELAY
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.headers import JAVASCRIPT, cors, forbidden, no_cache, requester
 from waystation.gateway.http.sockjs.session import Sessions, SockJsSession
@@ -171,6 +172,8 @@ def handler(spec: Receiver, sessions: Sessions, heartbeat: float | None, limit: 
         if session is None:
             refusal = sessions.refusal(host)
             if refusal is not None:
+                if not sessions.full:  # per address: held a moment, to slow a flooding loop
+                    await asyncio.sleep(REFUSAL_DELAY)
                 return web.Response(status=503, text=refusal, headers=cors(request))
             session = sessions.create(sid, peer_of(request), host, cookie)
         elif not session.belongs_to(host, cookie):

@@ -38,6 +38,10 @@ class Full(Exception):
     """``max_sessions`` (or ``max_sessions_per_address``) sessions are open already; the
     text names the limit."""
 
+    def __init__(self, text: str, per_address: bool = False) -> None:
+        super().__init__(text)
+        self.per_address = per_address
+
 
 class Registry:
     def __init__(self, ctx: HttpContext) -> None:
@@ -64,7 +68,8 @@ class Registry:
         if self.by_host[host] >= self.max_per_address:
             raise Full(
                 "too many tunnel sessions from your address "
-                f"(max_sessions_per_address = {self.max_per_address})"
+                f"(max_sessions_per_address = {self.max_per_address})",
+                per_address=True,
             )
         sid = secrets.token_urlsafe(16)
         link = QueuedLink(f"tunnel {peer} {sid[:6]}", high=LINK_HIGH, low=LINK_LOW)

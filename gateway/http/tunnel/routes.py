@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from aiohttp import web
 
+from waystation.gateway.admission import REFUSAL_DELAY
 from waystation.gateway.http.context import read_body
 from waystation.gateway.http.tunnel.protocols import PROTOCOLS, known
 from waystation.gateway.http.tunnel.registry import Full, Registry
@@ -76,6 +79,8 @@ class Routes:
         try:
             session = self.registry.open(protocol, peer_of(request), request.remote or "?")
         except Full as e:
+            if e.per_address:  # held a moment: a flooding loop is slowed to this pace
+                await asyncio.sleep(REFUSAL_DELAY)
             return _text(503, f"{e}; try again later", {"Retry-After": "1"})
         registry = self.registry
         info = SessionInfo(
