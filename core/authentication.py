@@ -102,7 +102,8 @@ class _Throttle:
 
 
 def source_host(source: str) -> str:
-    """The host part of ``host:port``, ``[v6]:port`` or a bare host."""
+    """The host part of ``host:port``, ``[v6]:port`` or a bare host (a bare IPv6 address
+    is taken whole: transports write IPv6 peers in brackets)."""
     s = source.strip()
     if s.startswith("["):
         return s[1 : s.find("]")] if "]" in s else s

@@ -10,7 +10,7 @@ off the event loop, bounded) live in :mod:`waystation.core.eventlog` and are re-
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -169,13 +169,3 @@ class NullEventSink:
         return None
 
 
-_WRITERS = ("EventLog", "JsonlEventLog", "ParquetEventLog", "open_event_log")
-
-
-def __getattr__(name: str) -> Any:
-    # the writers import threading and (for Parquet) pyarrow: loaded only when asked for
-    if name in _WRITERS:
-        from waystation.core import eventlog
-
-        return getattr(eventlog, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

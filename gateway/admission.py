@@ -76,6 +76,15 @@ def peer_host(peer: object) -> str:
     return str(peer or "?")
 
 
+def peer_text(peer: object) -> str:
+    """``host:port`` (``[v6]:port``) of a ``getpeername()`` answer, for logs and for the
+    login throttle, which counts the host part."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return str(peer)
+
+
 class Admission:
     """One listener's admission: counts now, per host, and the process budget."""
 
@@ -176,5 +185,6 @@ __all__ = [
     "connect_deadline",
     "login_policy",
     "peer_host",
+    "peer_text",
     "raise_fd_limit",
 ]

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from waystation.core.engine import Engine
-from waystation.gateway.admission import Admission, connect_deadline, peer_host
+from waystation.gateway.admission import Admission, connect_deadline, peer_host, peer_text
 from waystation.gateway.stomp.session import StompOptions, StompSession
 from waystation.wire.stomp import encode_frame
 
@@ -89,7 +89,7 @@ class StompProtocol(asyncio.Protocol):
             except OSError:
                 pass
         peer = transport.get_extra_info("peername")
-        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = peer_text(peer)
         self.host = peer_host(peer)
         if self.admission is not None:
             why = self.admission.admit(self.host)

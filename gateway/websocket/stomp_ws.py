@@ -16,7 +16,7 @@ import weakref
 
 from aiohttp import WSMsgType, web
 
-from waystation.gateway.admission import connect_deadline
+from waystation.gateway.admission import connect_deadline, peer_text
 from waystation.gateway.http.context import HttpContext
 from waystation.gateway.queued_link import SLICE, QueuedLink, feed
 from waystation.gateway.stomp.session import StompSession
@@ -29,7 +29,7 @@ GONE_CHECK = 1.0  # seconds between looks at the socket while the session's inpu
 
 def peer_of(request: web.Request) -> str:
     peer = request.transport.get_extra_info("peername") if request.transport else None
-    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+    return peer_text(peer)
 
 
 def client_gone(request: web.Request) -> bool:

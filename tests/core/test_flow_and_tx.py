@@ -9,7 +9,7 @@ import pytest
 from enginekit import Collector, make_engine, settle
 
 from waystation.core.engine import Engine, EngineConfig
-from waystation.core.events import JsonlEventLog
+from waystation.core.eventlog import JsonlEventLog
 from waystation.core.message import DUPLICATE_ID
 from waystation.core.postoffice import AddressFull
 from waystation.core.settings import AddressSettings, FullPolicy

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from aiohttp import web
 
 from waystation.core.message import Message, PropertyValue, property_text
-from waystation.gateway.http import server
+from waystation.gateway.http import context
 from waystation.gateway.http.rest.errors import fail
 
 CONTENT_TYPE = "content-type"
@@ -197,7 +197,7 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
 
 async def read_body(request: web.Request, limit: int) -> bytes:
     """The request body, or 413 when it is larger than ``limit`` bytes."""
-    body = await server.read_body(request, limit)
+    body = await context.read_body(request, limit)
     if body is None:
         raise fail(
             web.HTTPRequestEntityTooLarge, f"body is larger than max_body_size ({limit} bytes)"

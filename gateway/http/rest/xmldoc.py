@@ -4,7 +4,8 @@ A document type declaration can declare entities that expand into URLs, headers 
 of text, so none is accepted.  The refusal happens inside expat, after it decoded the bytes
 (UTF-8, UTF-16 with or without a BOM, an ``encoding=`` declaration), so no encoding slips past
 it, which a byte search for ``<!DOCTYPE`` could not promise (defusedxml's approach, without
-the dependency).  Only then is the tree built, by the same expat.
+the dependency).  Elements nested deeper than :data:`MAX_DEPTH` are refused there too.
+Only then is the tree built, by the same expat.
 """
 
 from __future__ import annotations
@@ -18,9 +19,14 @@ from aiohttp import web
 from waystation.gateway.http.rest.errors import fail
 
 MAX_XML = 64 * 1024
+MAX_DEPTH = 32  # the documents served are four levels deep; deeper is hostile
 
 
 class _Declaration(Exception):
+    pass
+
+
+class _TooDeep(Exception):
     pass
 
 
@@ -37,12 +43,30 @@ def parse_xml(body: bytes, what: str) -> ET.Element:
     guard.EntityDeclHandler = _refuse
     guard.UnparsedEntityDeclHandler = _refuse
     guard.ExternalEntityRefHandler = _refuse
+    depth = 0
+
+    def start(*_: object) -> None:
+        nonlocal depth
+        depth += 1
+        if depth > MAX_DEPTH:
+            raise _TooDeep
+
+    def end(*_: object) -> None:
+        nonlocal depth
+        depth -= 1
+
+    guard.StartElementHandler = start
+    guard.EndElementHandler = end
     try:
         guard.Parse(body, True)
         return ET.fromstring(body)
     except _Declaration:
         raise fail(
             web.HTTPBadRequest, f"malformed {what} XML: DTDs and entities are not accepted"
+        ) from None
+    except _TooDeep:
+        raise fail(
+            web.HTTPBadRequest, f"malformed {what} XML: elements nested deeper than {MAX_DEPTH}"
         ) from None
     except (expat.ExpatError, ET.ParseError, ValueError) as e:  # ValueError: an encoding
         raise fail(web.HTTPBadRequest, f"malformed {what} XML: {e}") from None

@@ -49,7 +49,7 @@ def decode_payload(raw: bytes | str, single_ok: bool = False) -> list[str]:
         raise PayloadError("Payload expected.")
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # deep nesting: never valid
         raise PayloadError("Broken JSON encoding.") from None
     if single_ok and isinstance(data, str):
         data = [data]

@@ -72,7 +72,9 @@ class Registry:
                 per_address=True,
             )
         sid = secrets.token_urlsafe(16)
-        link = QueuedLink(f"tunnel {peer} {sid[:6]}", high=LINK_HIGH, low=LINK_LOW)
+        link = QueuedLink(
+            peer, high=LINK_HIGH, low=LINK_LOW
+        )  # the peer: the login throttle counts its host
         stream = factory(self.ctx, link)
         link.target = stream
         session = TunnelSession(sid, protocol, link, stream, self.response_time)
