@@ -8,7 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from waystation.core.address import InvalidAddress, matches, specificity, split_remote, validate_name
+from waystation.core.address import (
+    InvalidAddress,
+    matches,
+    specificity,
+    split_remote,
+    validate_name,
+)
 from waystation.core.settings import AddressSettings, FullPolicy, SettingsRepository
 
 CASES = [

@@ -17,14 +17,18 @@ from enginekit import Collector, settle
 
 from waystation.core import eventlog as eventlog_mod
 from waystation.core.engine import Engine, EngineConfig
-from waystation.core.eventlog import EventLog, EventLogError, open_event_log
+from waystation.core.eventlog import (
+    EventLog,
+    EventLogError,
+    JsonlEventLog,
+    ParquetEventLog,
+    open_event_log,
+)
 from waystation.core.events import (
     EVENTS,
     FIELD_NAMES,
     SCHEMA_VERSION,
-    JsonlEventLog,
     NullEventSink,
-    ParquetEventLog,
     arrow_schema,
     spark_ddl,
 )

@@ -15,7 +15,13 @@ from waystation.core.store.api import Op, Record, delete, put
 from waystation.core.store.compactor import compact
 from waystation.core.store.files import Layout
 from waystation.core.store.journal import FileJournal
-from waystation.core.store.segment import BATCH_HDR, HEADER_SIZE, KIND_DATA, scan, unpack_file_header
+from waystation.core.store.segment import (
+    BATCH_HDR,
+    HEADER_SIZE,
+    KIND_DATA,
+    scan,
+    unpack_file_header,
+)
 
 SMALL = 4096
 

@@ -7,7 +7,13 @@ from enginekit import Collector, make_engine, settle
 
 from waystation.core.divert import DivertError
 from waystation.core.engine import DivertSpec, QueueSpec
-from waystation.core.message import DEAD_LETTER_REASON, DIVERT_PATH, ORIGINAL_ADDRESS, ROUTE_TO_NODE, Message
+from waystation.core.message import (
+    DEAD_LETTER_REASON,
+    DIVERT_PATH,
+    ORIGINAL_ADDRESS,
+    ROUTE_TO_NODE,
+    Message,
+)
 from waystation.core.postoffice import RoutingError
 from waystation.core.queue import ANYCAST, MULTICAST
 from waystation.core.settings import AddressSettings

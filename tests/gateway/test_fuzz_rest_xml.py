@@ -23,9 +23,10 @@ from waystation.gateway.http.rest.links import QUEUES, TOPICS
 from waystation.gateway.http.rest.registration import Registration, RegistrationError, parse
 from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml
 
+LONG = [pytest.mark.fuzz, pytest.mark.timeout(3600)]  # opt in: -m fuzz
 BUDGET = pytest.mark.parametrize(
     "examples",
-    [pytest.param(200, id="quick"), pytest.param(20_000, id="long", marks=pytest.mark.fuzz)],
+    [pytest.param(200, id="quick"), pytest.param(20_000, id="long", marks=LONG)],
 )
 WHAT = "push registration"
 REFUSED_DTD = "DTDs and entities are not accepted"

@@ -26,9 +26,10 @@ from waystation.gateway.http.sockjs.framing import (
     to_bytes,
 )
 
+LONG = [pytest.mark.fuzz, pytest.mark.timeout(3600)]  # opt in: -m fuzz
 BUDGET = pytest.mark.parametrize(
     "examples",
-    [pytest.param(200, id="quick"), pytest.param(30_000, id="long", marks=pytest.mark.fuzz)],
+    [pytest.param(200, id="quick"), pytest.param(30_000, id="long", marks=LONG)],
 )
 MANGLED = re.compile("[\x00-\x1f\u200c-\u200f\u2028-\u202f\u2060-\u206f\ud800-\udfff\ufff0-\uffff]")
 ANY_CHAR = st.characters(codec=None, categories=None)  # lone surrogates included

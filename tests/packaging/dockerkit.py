@@ -91,8 +91,12 @@ def parse(text: str) -> Dockerfile:
     return df
 
 
-def _ignored(context: Path) -> list[str]:
+def _ignored(context: Path, dockerfile: Path | None) -> list[str]:
+    """The ignore patterns BuildKit applies: ``<Dockerfile>.dockerignore`` beside the
+    Dockerfile when there is one, else ``.dockerignore`` at the context root."""
     ignore = context / ".dockerignore"
+    if dockerfile is not None and dockerfile.with_name(dockerfile.name + ".dockerignore").exists():
+        ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
     if not ignore.exists():
         return []
     return [
@@ -102,15 +106,22 @@ def _ignored(context: Path) -> list[str]:
     ]
 
 
-def materialize(df: Dockerfile, context: Path, root: Path) -> None:
+def materialize(df: Dockerfile, context: Path, root: Path, dockerfile: Path | None = None) -> None:
     """Copy what each COPY names from ``context`` into ``root`` (the image's ``/``), with
-    Docker's rules: a directory's contents are copied, not the directory itself."""
-    patterns = _ignored(context)
+    Docker's rules: a directory's contents are copied, not the directory itself; ignored
+    paths (see :func:`_ignored`) are left out."""
+    patterns = _ignored(context, dockerfile)
     if any(p.startswith("!") for p in patterns):
         raise DockerfileError(".dockerignore exceptions (!) are not supported here")
 
     def skip(rel: str) -> bool:
-        return any(fnmatch.fnmatch(rel, p) or rel.startswith(p + "/") for p in patterns)
+        # "**/x" also matches "x" at the top, as in Docker; fnmatch's "*" crosses "/".
+        return any(
+            fnmatch.fnmatch(rel, p)
+            or rel.startswith(p + "/")
+            or (p.startswith("**/") and fnmatch.fnmatch(rel, p[3:]))
+            for p in patterns
+        )
 
     def ignore(src: str, names: list[str]) -> set[str]:
         rel = os.path.relpath(src, context)

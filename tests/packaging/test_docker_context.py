@@ -97,7 +97,8 @@ def _boot(dockerfile_text: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int
     """Rebuild the image's files under ``tmp``, install, and start its CMD."""
     df = parse(dockerfile_text)
     image = tmp / "image"
-    materialize(df, ROOT, image)
+    materialize(df, ROOT, image, DOCKERFILE)
+    assert not list(image.rglob("__pycache__")), "the ignore file keeps caches out"
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"

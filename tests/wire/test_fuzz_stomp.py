@@ -27,9 +27,10 @@ from waystation.wire.stomp import (
     encode_frame,
 )
 
+LONG = [pytest.mark.fuzz, pytest.mark.timeout(3600)]  # opt in: -m fuzz
 BUDGET = pytest.mark.parametrize(
     "examples",
-    [pytest.param(150, id="quick"), pytest.param(20_000, id="long", marks=pytest.mark.fuzz)],
+    [pytest.param(150, id="quick"), pytest.param(20_000, id="long", marks=LONG)],
 )
 FEED_SECONDS = 2.0  # one feed of at most a few KiB; a parser that loops blows far past this
 RESUME = ("CONNECT", "STOMP", "CONNECTED")
