@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from waystation.bridges.manager import BridgeManager
 from waystation.config.units import to_ms
+from waystation.core.authentication import Authenticator, authenticator, install_authenticator
 from waystation.core.divert import DivertError
 from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
 from waystation.core.eventlog import EventLog, EventLogError
@@ -23,8 +24,9 @@ from waystation.core.queue import MULTICAST
 from waystation.core.security import Permission, SecurityManager, User
 from waystation.core.store.api import Journal
 from waystation.core.store.journal import FileJournal
+from waystation.gateway.admission import login_policy
 from waystation.gateway.http.server import HttpContext, HttpServer
-from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.server import ListenerLimits, StompServer
 from waystation.gateway.stomp.session import StompOptions
 from waystation.wire.stomp import Limits
 
@@ -150,6 +152,10 @@ class Node:
         self.engine = Engine(
             ecfg, journal, events=events, security=security_manager(cfg), bindings=bindings
         )
+        install_authenticator(
+            self.engine,
+            Authenticator(self.engine.security, login_policy(cfg.security.login)),
+        )
         try:
             self.bridges = BridgeManager(self.engine, cfg.bridges)
         except DivertError as e:  # a transformer that cannot be loaded
@@ -164,7 +170,14 @@ class Node:
         options = stomp_options(acc.stomp)
         if acc.stomp.enabled:
             ep = acc.stomp.endpoint
-            server = StompServer(self.engine, ep.host, ep.port, options, server_tls(acc.stomp.tls))
+            server = StompServer(
+                self.engine,
+                ep.host,
+                ep.port,
+                options,
+                server_tls(acc.stomp.tls),
+                limits=ListenerLimits.of(acc.stomp),
+            )
             await server.start()
             self.servers.append(server)
         if acc.http.enabled:
@@ -199,6 +212,7 @@ class Node:
         for s in self.servers:
             await s.stop()
         await self.engine.stop()
+        authenticator(self.engine).close()
         self.stopped.set()
 
 
