@@ -103,7 +103,7 @@ class _Imports(ast.NodeVisitor):
             self.visit(d)
         self._within("deferred", node.body)
 
-    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+    visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Import(self, node: ast.Import) -> None:
         self.found.append((node, self._kind))

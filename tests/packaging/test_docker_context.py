@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import stomp
+import yaml
 from dockerkit import materialize, parse, without_copy
 from nodekit import free_port, wait_port
 from stompkit import Collect
@@ -63,14 +64,30 @@ def test_dockerfile_copies_every_package() -> None:
 )
 def test_compose_builds_from_the_dockerfile(compose: Path) -> None:
     """Every compose service builds the one image: repository root as context, this
-    Dockerfile (so a service cannot drift to a context that lacks packages)."""
-    text = (ROOT / compose).read_text()
-    builds = re.findall(r"build:\s*\{\s*context:\s*([^,}]+),\s*dockerfile:\s*([^}\s]+)\s*\}", text)
-    assert builds, f"{compose}: no `build: {{context: ..., dockerfile: ...}}` found"
-    for context, dockerfile in builds:
-        ctx = ((ROOT / compose).parent / context.strip()).resolve()
-        assert ctx == ROOT, f"{compose}: build context {context} is not the repository root"
-        assert (ctx / dockerfile).resolve() == DOCKERFILE, f"{compose}: builds {dockerfile}"
+    Dockerfile (so a service cannot drift to a context that lacks packages), and every
+    config it mounts is one that ``waystation check-config`` accepts (checked below)."""
+    doc = yaml.safe_load((ROOT / compose).read_text())
+    services = doc["services"]
+    assert services, f"{compose}: no services"
+    for name, svc in services.items():
+        build = svc.get("build")
+        assert isinstance(build, dict), f"{compose}: service {name} does not build the image"
+        ctx = ((ROOT / compose).parent / build["context"]).resolve()
+        assert ctx == ROOT, f"{compose}: {name} builds from {ctx}, not the repository root"
+        dockerfile = (ctx / build.get("dockerfile", "Dockerfile")).resolve()
+        assert dockerfile == DOCKERFILE, f"{compose}: {name} builds {dockerfile}"
+
+
+def _compose_configs() -> list[Path]:
+    """Host files the compose services mount as their node config."""
+    out = []
+    for compose in (ROOT / "docker").rglob("compose*.y*ml"):
+        for svc in yaml.safe_load(compose.read_text())["services"].values():
+            for vol in svc.get("volumes", []):
+                src = vol.split(":", 1)[0]
+                if src.endswith(".toml"):
+                    out.append((compose.parent / src).resolve())
+    return sorted(set(out))
 
 
 def _node_config(image_root: Path, cmd: list[str], data_dir: Path) -> tuple[str, int]:
@@ -151,20 +168,29 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
 def test_node_from_the_docker_context_serves_stomp(tmp_path: Path) -> None:
     t0 = time.monotonic()
     proc, port, log = _boot(DOCKERFILE.read_text(), tmp_path)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     try:
         try:
             wait_port(port, timeout=30, proc=proc)
         except (RuntimeError, TimeoutError) as e:
             raise AssertionError(f"{e}\n{log.read_text(errors='replace')}") from None
-        # The running node imports only the venv's copy, never this checkout.
+        # The venv (so the node) imports its own copy of every package, never this checkout.
         where = subprocess.run(
             [tmp_path / "venv" / "bin" / "python", "-c",
              "import waystation.wire, waystation.client, waystation.core; "
              "print(waystation.wire.__file__, waystation.client.__file__)"],
-            capture_output=True, text=True, cwd=tmp_path, check=True,
-            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+            capture_output=True, text=True, cwd=tmp_path, check=True, env=env,
         ).stdout  # fmt: skip
         assert str(ROOT) not in where and str(tmp_path / "venv") in where, where
+        # The configs the compose files mount are valid for the image's code.
+        configs = _compose_configs()
+        assert configs, "docker/ compose files mount node configs"
+        for cfg in configs:
+            check = subprocess.run(
+                [tmp_path / "venv" / "bin" / "waystation", "check-config", cfg],
+                capture_output=True, text=True, cwd=tmp_path, env=env,
+            )  # fmt: skip
+            assert check.returncode == 0, f"{cfg}: {check.stdout}{check.stderr}"
 
         conn = stomp.Connection12([("127.0.0.1", port)], heartbeats=(0, 0))
         listener = Collect()

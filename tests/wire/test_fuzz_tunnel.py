@@ -96,33 +96,33 @@ def test_offsets_replayed_dropped_and_forged(examples: int) -> None:
             elif kind == "forge":
                 # Any offset; the body is what the stream really holds there (a late replay
                 # cut anywhere), or bytes past what was sent when the offset leaves a hole.
-                offset, size = op[1], op[2]
-                assert isinstance(offset, int) and isinstance(size, int)
-                offset = max(0, offset)
+                at, size = op[1], op[2]
+                assert isinstance(at, int) and isinstance(size, int)
+                at = max(0, at)
                 before = receiver.received
-                hole = offset > before
-                body = b"?" * (size + 1) if hole else bytes(sent[offset : offset + size])
+                hole = at > before
+                body = b"?" * (size + 1) if hole else bytes(sent[at : at + size])
                 try:
-                    got += receiver.accept(offset, body)
+                    got += receiver.accept(at, body)
                 except OffsetError as e:
-                    assert offset > before and e.expected == before
+                    assert at > before and e.expected == before
                     assert receiver.received == before
                     continue
-                assert offset <= before
+                assert at <= before
             elif kind == "ack":
                 if op[1] and receiver.received <= sender.end:
                     sender.ack(receiver.received)
             else:
-                offset = op[1]
-                assert isinstance(offset, int)
+                claim = op[1]
+                assert isinstance(claim, int)
                 acked, end, unacked = sender.acked, sender.end, sender.unacked
                 try:
-                    sender.ack(offset)
+                    sender.ack(claim)
                 except OffsetError as e:
-                    assert offset > end and e.expected == end
+                    assert claim > end and e.expected == end
                     assert (sender.acked, sender.end, sender.unacked) == (acked, end, unacked)
                     continue
-                assert sender.acked == max(acked, offset)
+                assert sender.acked == max(acked, claim)
             # The invariants, whatever happened:
             assert bytes(got) == bytes(sent[: len(got)]), "receiver output is a prefix"
             assert receiver.received == len(got)
