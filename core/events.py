@@ -3,9 +3,10 @@
 This module is the single definition of the record that the event log writes and the PySpark
 pipeline reads: :data:`FIELDS` (names, types, meaning), :func:`arrow_schema` (the same as a
 pyarrow schema, imported lazily so a node without the event log never loads pyarrow) and
-:func:`spark_ddl`.  The engine calls :meth:`EventSink.emit`; with no sink configured the engine
-holds ``None`` and pays one attribute test per hop.  The writers (JSON Lines, Parquet; rolling,
-off the event loop, bounded) live in :mod:`waystation.core.eventlog` and are re-exported here.
+:func:`spark_ddl`.  The engine calls :meth:`EventSink.emit` (for a message, through
+:func:`emit_message`, which fills the fields every hop shares); with no sink configured the
+engine holds ``None`` and pays one test per hop.  The writers (JSON Lines, Parquet; rolling,
+off the event loop, bounded) live in :mod:`waystation.core.eventlog`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from waystation.core.message import Message
 
 #: Bumped whenever a field is added, removed or changes meaning; readers select on it.
 SCHEMA_VERSION = 1
@@ -169,3 +172,25 @@ class NullEventSink:
         return None
 
 
+def emit_message(
+    sink: EventSink | None,
+    kind: str,
+    msg: Message,
+    queue: str | None = None,
+    *,
+    address: str | None = None,
+    **extra: object,
+) -> None:
+    """One event about ``msg``: id, address (``address`` when it is elsewhere now), size,
+    trace id and durability filled in, so no call site writes them again."""
+    if sink is not None:
+        sink.emit(
+            kind,
+            msg.id,
+            msg.address if address is None else address,
+            msg.size(),
+            queue,
+            trace_id=msg.trace_id,
+            durable=msg.durable,
+            **extra,
+        )

@@ -26,7 +26,7 @@ from waystation.core.names import name_problem
 from waystation.core.postoffice import RoutingError
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
 from waystation.core.reasons import REJECTED
-from waystation.core.security import NotAuthorized, Permission, Principal
+from waystation.core.security import SYSTEM, NotAuthorized, Permission, Principal
 from waystation.core.transaction import Transaction, TransactionError
 
 if TYPE_CHECKING:
@@ -141,8 +141,9 @@ class Session:
         if self.closed:
             raise SessionError("session is closed")
 
-    @staticmethod
-    def _name(name: str, *, remote: bool = False, wildcards: bool = False) -> None:
+    def _name(self, name: str, *, remote: bool = False, wildcards: bool = False) -> None:
+        if self.principal is SYSTEM:  # the node's own parts may use its own names (sf.*)
+            return
         why = name_problem(name, remote=remote, wildcards=wildcards)
         if why is not None:
             raise RoutingError(f"invalid name: {why}")
