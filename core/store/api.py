@@ -61,7 +61,13 @@ class Recovered:
 
 
 class StoreError(Exception):
-    """The store cannot continue (disk full, I/O error, corruption found at open)."""
+    """The store cannot continue (disk full, I/O error, corruption found at open).
+    ``outcome_unknown``: the failed writes may or may not be on disk (they could not be
+    taken back), so a client must not be told "not persisted"."""
+
+    def __init__(self, message: str, *, outcome_unknown: bool = False) -> None:
+        super().__init__(message)
+        self.outcome_unknown = outcome_unknown
 
 
 class Journal(Protocol):

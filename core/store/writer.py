@@ -7,7 +7,10 @@ any batch in it asked for sync, and settles all the group's futures with one
 ``call_soon_threadsafe``.  While it works, new batches pile up and share the next fsync.
 
 After an I/O error the writer stops writing: the error fails the group's futures and every
-later write (disk full or failing: the node must report it, not pretend).
+later write (disk full or failing: the node must report it, not pretend).  What the failed
+group had already written is taken back first (its first batch header overwritten with the
+zero trailer and synced), so "not persisted" is the truth after a restart too; when even that
+cannot be made durable the error says the outcome is unknown.
 """
 
 from __future__ import annotations
@@ -151,14 +154,15 @@ class Writer:
             futs, self.futs = self.futs, []
             want_sync, self.want_sync = self.want_sync, False
             err: StoreError | None = None
+            written: list[Data] = []
             try:
                 for item in items:
+                    written.append(item)  # type: ignore[arg-type]  # (a partial write too)
                     self._write(item)  # type: ignore[arg-type]
                 if want_sync and self.sync:
                     self._sync_dirty()
             except Exception as exc:
-                err = self.error = StoreError(f"journal write failed: {exc}")
-                log.error("journal disabled: %r", exc)
+                err = self.error = self._failed(exc, written)
             self.groups += 1
         _settle(futs, err)
         return True
@@ -177,14 +181,16 @@ class Writer:
                 closing = self.closing
             err = self.error
             if err is None:
+                written: list[Data] = []
                 try:
                     for item in items:
+                        if type(item) is Data:
+                            written.append(item)  # before: a partial write is undone too
                         self._apply(item)
                     if want_sync and self.sync:
                         self._sync_dirty()
                 except Exception as exc:  # OSError mostly; anything else must not hang waiters
-                    err = StoreError(f"journal write failed: {exc}")
-                    log.error("journal disabled: %r", exc)
+                    err = self._failed(exc, written)
                     with self.cond:
                         self.error = err
             self.groups += 1
@@ -198,6 +204,20 @@ class Writer:
             if err is None and self.replenish and not self.spares and not closing:
                 self._replenish()
         self._shutdown()
+
+    def _failed(self, exc: BaseException, written: list[Data]) -> StoreError:
+        """The error for a group that failed; its writes are undone first when possible."""
+        log.error("journal disabled: %r", exc)
+        try:
+            for item in written:  # recovery stops at a zero header: the group is gone
+                os.pwrite(self.fds[item.seq], TRAILER, item.off)
+            for seq in {item.seq for item in written}:
+                os.fdatasync(self.fds[seq])
+        except Exception as undo:
+            log.error("journal: undoing the failed writes failed too: %r", undo)
+            return StoreError(f"journal write failed, outcome unknown: {exc}", outcome_unknown=True)
+        self.dirty.difference_update(item.seq for item in written)
+        return StoreError(f"journal write failed: {exc}")
 
     def _apply(self, item: Command) -> None:
         if isinstance(item, Data):

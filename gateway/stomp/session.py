@@ -224,8 +224,16 @@ class StompSession:
             if self.closed:
                 return
             if f.cancelled() or f.exception() is not None:
-                if not f.cancelled():
-                    log.warning("STOMP %s: store write failed: %s", self.link.peer, f.exception())
+                exc = None if f.cancelled() else f.exception()
+                if exc is not None:
+                    log.warning("STOMP %s: store write failed: %s", self.link.peer, exc)
+                if getattr(exc, "outcome_unknown", False):
+                    self.fail(
+                        "store failure: outcome unknown",
+                        "the node could not tell whether the message reached its store",
+                        rid,
+                    )
+                    return
                 self.fail(
                     "store failure: message not persisted",
                     "the node could not write the message to its store",

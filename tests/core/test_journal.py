@@ -345,6 +345,56 @@ def test_io_error_fails_the_batch_and_every_later_write(
     run(main())
 
 
+def test_a_batch_reported_not_persisted_is_not_there_after_restart(
+    tmp_path: Path, run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write reached the page cache, then the sync failed (a full disk): the client is
+    told "not persisted", so recovery must not bring the batch back (a retry would double it)."""
+
+    async def main() -> None:
+        j, _ = await reopen(tmp_path)
+        await commit(j, [put(1, 1, b"fine")])
+        real = os.fdatasync
+        failures = iter([OSError(errno.ENOSPC, "No space left on device")])
+
+        def sync_once_failing(fd: int) -> None:
+            err = next(failures, None)
+            if err is not None:
+                raise err
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", sync_once_failing)
+        with pytest.raises(StoreError, match="No space") as info:
+            await commit(j, [put(2, 1, b"refused")])
+        assert not info.value.outcome_unknown
+        await j.close()
+        monkeypatch.undo()
+        j, recs = await reopen(tmp_path)
+        assert list(recs) == [1]
+        await j.close()
+
+    run(main())
+
+
+def test_when_the_failed_batch_cannot_be_taken_back_the_outcome_is_unknown(
+    tmp_path: Path, run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def main() -> None:
+        j, _ = await reopen(tmp_path)
+        await commit(j, [put(1, 1, b"fine")])
+
+        def never(fd: int) -> None:
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(os, "fdatasync", never)
+        with pytest.raises(StoreError, match="outcome unknown") as info:
+            await commit(j, [put(2, 1, b"maybe")])
+        assert info.value.outcome_unknown
+        await j.close()
+
+    run(main())
+
+
 def test_full_tmpfs_fails_with_store_error(tmp_path: Path, run) -> None:
     mnt = tmp_path / "tiny"
     mnt.mkdir()
