@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 import msgpack
 
 from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler, MessageRef
+from waystation.core.events import REDELIVERED, RELEASED, EventSink, emit_message
 from waystation.core.filter import Filter
 from waystation.core.message import Message, now_ms
 from waystation.core.reasons import MAX_DELIVERIES
@@ -52,6 +53,7 @@ class QueueContext(Protocol):
     """What a queue needs from the engine around it (implemented by the post office)."""
 
     loop: asyncio.AbstractEventLoop
+    events: EventSink | None
 
     def settings(self, address: str) -> Resolved: ...
     def usage(self, address: str) -> AddressUsage: ...
@@ -449,6 +451,13 @@ class Queue:
                 )
                 continue
             self.ctx.on_delivery_count(ref)
+            emit_message(
+                self.ctx.events,
+                REDELIVERED,
+                ref.message,
+                self.name,
+                delivery_count=ref.delivery_count,
+            )
             delay = s.redelivery_delay(ref.delivery_count)
             if delay > 0:
                 heapq.heappush(
@@ -463,9 +472,13 @@ class Queue:
     def requeue(self, refs: list[MessageRef]) -> None:
         """Messages released unprocessed (AMQP released): back at the front in their order,
         with no redelivery delay and no delivery attempt counted."""
+        events = self.ctx.events
         for ref in reversed(refs):
             if ref.delivery_count > 0:
                 ref.delivery_count -= 1
+            emit_message(
+                events, RELEASED, ref.message, self.name, delivery_count=ref.delivery_count
+            )
             self._enqueue(ref, front=True)
 
     # -- maintenance ----------------------------------------------------------------------

@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -58,31 +59,48 @@ class Source:
     selector: str | None = None
     durable_name: str | None = None  # a durable subscription (multicast) of this name
     shared: bool = False  # a durable subscription several clients share (not client-scoped)
+    no_local: bool = False  # not the messages this session sends (multicast only)
+    temporary: bool = False  # a new anycast queue of the node's naming, gone with the consumer
 
 
 class SessionError(Exception):
     """A request the session refuses (unknown queue kind, closed session ...)."""
 
 
-class _AddressGuard:
-    """A subscription's filter plus a consume check per message address: a wildcard
-    subscription must not receive from an address a more specific rule denies."""
+class _SubscriptionFilter:
+    """A subscription's selector plus what the session adds when messages are routed to it:
+    a consume check per message address (a wildcard subscription must not receive from an
+    address a more specific rule denies) and no-local (not the messages its own session is
+    routing right now: routing is synchronous, so that is exactly its own sends)."""
 
-    __slots__ = ("inner", "text", "_allowed", "_cache")
+    __slots__ = ("inner", "text", "_allowed", "_cache", "_session")
 
-    def __init__(self, inner: Filter | None, allowed: object) -> None:
+    def __init__(
+        self,
+        inner: Filter | None,
+        allowed: Callable[[str], bool] | None,
+        session: Session | None,
+    ) -> None:
         self.inner = inner
         self.text = inner.text if inner is not None else None
         self._allowed = allowed
         self._cache: dict[str, bool] = {}
+        self._session = session
 
     def matches(self, msg: Message) -> bool:
-        ok = self._cache.get(msg.address)
-        if ok is None:
-            ok = self._allowed(msg.address)  # type: ignore[operator]
-            if len(self._cache) < 10000:
-                self._cache[msg.address] = ok
-        return ok and (self.inner is None or self.inner.matches(msg))
+        s = self._session
+        if s is not None and s.routing:
+            return False
+        allowed = self._allowed
+        if allowed is not None:
+            ok = self._cache.get(msg.address)
+            if ok is None:
+                ok = allowed(msg.address)
+                if len(self._cache) < 10000:
+                    self._cache[msg.address] = ok
+            if not ok:
+                return False
+        return self.inner is None or self.inner.matches(msg)
 
 
 _ids = itertools.count(1)
@@ -113,6 +131,7 @@ class Session:
         self.transactions: dict[str, Transaction] = {}
         self.closed = False
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
+        self.routing = False  # this session's messages are being routed (for no-local)
 
     # -- introspection (the admin API's session list) -------------------------------------
     @property
@@ -198,7 +217,11 @@ class Session:
             t.bytes += msg.size()
             self.messages_in += 1
             return None
-        fut = self.engine.send(msg, routing=routing, protocol=self.protocol, session=self.id)
+        self.routing = True
+        try:
+            fut = self.engine.send(msg, routing=routing, protocol=self.protocol, session=self.id)
+        finally:
+            self.routing = False
         self.messages_in += 1
         return fut
 
@@ -229,18 +252,24 @@ class Session:
             )
         engine = self.engine
         address = source.address
-        routing = source.routing or engine.resolve_routing(address)
-        self._name(address, wildcards=routing == MULTICAST)
+        routing = ANYCAST if source.temporary else source.routing or engine.resolve_routing(address)
+        if source.no_local and routing != MULTICAST:
+            raise SessionError("no-local applies to topic subscriptions only")
+        if not source.temporary:
+            self._name(address, wildcards=routing == MULTICAST)
         if source.durable_name is not None:
             self._name(source.durable_name)
         filt = compile_filter(source.selector)
-        if routing == ANYCAST:
+        if source.temporary:
+            q, temporary = self._temporary_queue(), True
+        elif routing == ANYCAST:
             q, temporary = self._anycast_queue(address), False
         else:
             q, temporary = self._subscription_queue(source)
-        consumer_filter: Filter | _AddressGuard | None = filt if routing == ANYCAST else None
+            self._filter_routing(q, source)
+        consumer_filter: Filter | _SubscriptionFilter | None = filt if routing == ANYCAST else None
         if engine.security.enabled and routing == MULTICAST and is_wildcard(q.address):
-            consumer_filter = self._guard(None)
+            consumer_filter = self._address_guard(None)  # also for subscriptions made before
         if mode is CreditMode.WINDOW:
             w = (
                 engine.settings.resolve(q.address).default_consumer_window
@@ -269,9 +298,41 @@ class Session:
         self._temporary[c] = temporary
         return c
 
-    def _guard(self, inner: Filter | None) -> _AddressGuard:
+    def _address_guard(self, inner: Filter | None) -> _SubscriptionFilter:
         security, principal = self.engine.security, self.principal
-        return _AddressGuard(inner, lambda a: security.allowed(principal, Permission.CONSUME, a))
+        return _SubscriptionFilter(
+            inner, lambda a: security.allowed(principal, Permission.CONSUME, a), None
+        )
+
+    def _filter_routing(self, q: Queue, source: Source) -> None:
+        """Set what a subscription queue lets in: its selector, plus the address guard of a
+        wildcard subscription under security and no-local for this session."""
+        engine = self.engine
+        guard = engine.security.enabled and is_wildcard(q.address)
+        if not guard and not source.no_local:
+            if isinstance(q.filter, _SubscriptionFilter):  # a no-local of an earlier session
+                q.filter = q.filter.inner
+            return
+        inner = q.filter.inner if isinstance(q.filter, _SubscriptionFilter) else q.filter
+        security, principal = engine.security, self.principal
+        q.filter = _SubscriptionFilter(  # type: ignore[assignment]
+            inner,
+            (lambda a: security.allowed(principal, Permission.CONSUME, a)) if guard else None,
+            self if source.no_local else None,
+        )
+
+    def _temporary_queue(self) -> Queue:
+        """A dynamic queue (AMQP dynamic source, a reply-to): named by the node, readable by
+        this session alone, deleted with its consumer."""
+        self._check(Permission.CREATE_NON_DURABLE_QUEUE, "tmp")
+        name = f"tmp.{uuid.uuid4().hex}"
+        return self.engine.post.create_queue(
+            name, name, ANYCAST, durable=False, temporary=True, owner=self
+        )
+
+    def address_of(self, consumer: Consumer) -> str:
+        """The address a consumer reads (the node-chosen name of a temporary queue)."""
+        return self.consumers[consumer].address
 
     def _anycast_queue(self, address: str) -> Queue:
         engine = self.engine
@@ -315,11 +376,6 @@ class Session:
                 raise RoutingError(f"address {address!r} does not exist")
             self._may_auto_create(address)
             post.ensure_address(address, MULTICAST, auto_created=True)
-        guard = (
-            self._guard(compile_filter(source.selector))
-            if engine.security.enabled and is_wildcard(address)
-            else None
-        )
         if not source.durable_name:
             self._check(Permission.CREATE_NON_DURABLE_QUEUE, address)
             q = post.create_queue(
@@ -331,8 +387,6 @@ class Session:
                 filter=source.selector,
                 owner=self,
             )
-            if guard is not None:
-                q.filter = guard  # type: ignore[assignment]
             return q, True
         qname = self.durable_queue_name(source.durable_name, source.shared)
         subscriber = "shared" if source.shared else self._subscriber()
@@ -348,8 +402,6 @@ class Session:
             selector = q.filter.text if q.filter is not None else None
             if q.address == address and selector == (source.selector or None):
                 self._check(Permission.CONSUME, q.address)
-                if guard is not None and not isinstance(q.filter, _AddressGuard):
-                    q.filter = guard  # type: ignore[assignment]
                 return q, False
             # the same subscriber changed its topic or selector: the old one goes (JMS)
             self._check(Permission.DELETE_DURABLE_QUEUE, q.address)
@@ -365,8 +417,6 @@ class Session:
         q = post.create_queue(
             qname, address, MULTICAST, durable=True, filter=source.selector, subscriber=subscriber
         )
-        if guard is not None:
-            q.filter = guard  # type: ignore[assignment]
         return q, False
 
     def set_credit(self, consumer: Consumer, credit: int, drain: bool = False) -> None:
@@ -462,7 +512,11 @@ class Session:
     def commit(self, txid: str) -> asyncio.Future[None] | None:
         t = self._tx(txid)
         del self.transactions[txid]
-        return self.engine.commit(t)
+        self.routing = True
+        try:
+            return self.engine.commit(t)
+        finally:
+            self.routing = False
 
     def rollback(self, txid: str) -> None:
         t = self._tx(txid)

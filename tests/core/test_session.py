@@ -218,3 +218,83 @@ def test_permissions_are_checked_against_the_queue_address(run):
         await eng.stop()
 
     run(go())
+
+
+class Recorder:
+    """An event sink that keeps (kind, queue, extra) in memory."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str | None, dict[str, object]]] = []
+
+    def emit(self, kind, message_id, address, size, queue=None, **extra) -> None:  # noqa: ANN001
+        self.events.append((kind, queue, extra))
+
+    def close(self) -> None:
+        pass
+
+
+def test_released_and_redelivered_events(run):
+    async def go():
+        from waystation.core.engine import Engine
+
+        rec = Recorder()
+        eng = Engine(events=rec)
+        await eng.start()
+        s = eng.open_session(USER, "stomp", "here")
+        await fill(s, "q", 2)
+        h = Collector()
+        c = s.subscribe(Source("q"), h, window=2)
+        await settle()
+        s.settle(c, h.deliveries[0].tag, Outcome.RELEASED)
+        s.settle(c, h.deliveries[1].tag, Outcome.MODIFIED)
+        await settle()
+        kinds = [(k, q, e.get("delivery_count")) for k, q, e in rec.events]
+        assert ("released", "q", 0) in kinds and ("redelivered", "q", 1) in kinds
+        accepted = [e for k, _, e in rec.events if k == "accepted"]
+        assert accepted and all(e["protocol"] == "stomp" and e["session"] == s.id for e in accepted)
+        await eng.stop()
+
+    run(go())
+
+
+def test_no_local_skips_only_the_sessions_own_messages(run):
+    async def go():
+        eng = await make_engine(None)
+        eng.post.ensure_address("news", "multicast")
+        me = eng.open_session(USER, "test", "me")
+        other = eng.open_session(USER, "test", "other")
+        h = Collector()
+        me.subscribe(Source("news", "multicast", no_local=True), h)
+        me.send(eng.make_message("news", b"mine"))
+        other.send(eng.make_message("news", b"theirs"))
+        tx = me.begin()
+        me.send(eng.make_message("news", b"mine in a transaction"), tx=tx)
+        me.commit(tx)
+        await settle()
+        assert h.bodies == [b"theirs"]
+        with pytest.raises(Exception, match="topic subscriptions only"):
+            me.subscribe(Source("q", "anycast", no_local=True), Collector())
+        await eng.stop()
+
+    run(go())
+
+
+def test_temporary_queue_is_named_by_the_node_private_and_removed(run):
+    async def go():
+        eng = await make_engine(None)
+        me = eng.open_session(USER, "test", "me")
+        other = eng.open_session(USER, "test", "other")
+        h = Collector()
+        c = me.subscribe(Source("", temporary=True), h)
+        reply_to = me.address_of(c)
+        assert reply_to.startswith("tmp.")
+        other.send(eng.make_message(reply_to, b"reply"))
+        await settle()
+        assert h.bodies == [b"reply"]
+        with pytest.raises(NotAuthorized, match="temporary queue"):
+            other.subscribe(Source(reply_to), Collector())
+        me.unsubscribe(c)
+        assert eng.queue(reply_to) is None
+        await eng.stop()
+
+    run(go())
