@@ -168,8 +168,12 @@ class Session:
             raise RoutingError(f"invalid name: {why}")
 
     def _may_auto_create(self, address: str) -> None:
-        engine = self.engine
-        if engine.auto_created_count() >= engine.limits.max_auto_created:
+        engine, post = self.engine, self.engine.post
+        limit = engine.limits.max_auto_created
+        if (  # counted only once the node holds that many queues and addresses at all
+            len(post.queues) + len(post.addresses) >= limit
+            and engine.auto_created_count() >= limit
+        ):
             raise LimitExceeded(
                 "max_auto_created",
                 f"cannot auto-create {address!r}: the node already has "
@@ -390,8 +394,9 @@ class Session:
             return q, True
         qname = self.durable_queue_name(source.durable_name, source.shared)
         subscriber = "shared" if source.shared else self._subscriber()
-        q = engine.queue(qname)
-        if q is not None:
+        existing = engine.queue(qname)
+        if existing is not None:
+            q = existing
             if q.routing != MULTICAST or q.temporary or not q.durable:
                 raise NotAuthorized(
                     f"durable subscription name {qname!r} is taken by a queue that is not a "

@@ -74,6 +74,7 @@ class _Sub:
         "consumer",
         "durable_name",
         "last_address",
+        "last_sent_as",
         "last_dest",
     )
 
@@ -92,6 +93,7 @@ class _Sub:
         self.consumer: Consumer = None  # type: ignore[assignment]  # set once subscribed
         self.durable_name = durable_name
         self.last_address = ""  # the destination header of the last delivery, reused
+        self.last_sent_as: object = None
         self.last_dest = destination
 
 
@@ -531,13 +533,14 @@ class StompSession:
                 self.pending_acks[mid] = (s, d.tag)
         address = msg.address
         sent_as = msg.annotation(DESTINATION)
-        if sent_as is not None and parse_destination(str(sent_as))[0] == address:
-            dest = str(sent_as)  # the form the SEND named (STOMP 1.2)
-        elif address == s.last_address:
+        if address == s.last_address and sent_as == s.last_sent_as:
             dest = s.last_dest
         else:
-            dest = format_destination(address, s.routing) if s.routing else s.destination
-            s.last_address, s.last_dest = address, dest
+            if sent_as is not None and parse_destination(str(sent_as))[0] == address:
+                dest = str(sent_as)  # the form the SEND named (STOMP 1.2)
+            else:
+                dest = format_destination(address, s.routing) if s.routing else s.destination
+            s.last_address, s.last_sent_as, s.last_dest = address, sent_as, dest
         self._write(encode_message(dest, mid, s.id, msg.body, extra, ack_id, self.version))
 
     def _dead_letter_not_text(self, s: _Sub, d: Delivery) -> None:
