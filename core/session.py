@@ -127,7 +127,6 @@ class Session:
         self.messages_in = 0
         self._out_closed = 0  # deliveries of consumers already closed
         self.consumers: dict[Consumer, Queue] = {}  # each consumer and the queue it reads
-        self._temporary: dict[Consumer, bool] = {}
         self.transactions: dict[str, Transaction] = {}
         self.closed = False
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
@@ -171,8 +170,7 @@ class Session:
         engine, post = self.engine, self.engine.post
         limit = engine.limits.max_auto_created
         if (  # counted only once the node holds that many queues and addresses at all
-            len(post.queues) + len(post.addresses) >= limit
-            and engine.auto_created_count() >= limit
+            len(post.queues) + len(post.addresses) >= limit and engine.auto_created_count() >= limit
         ):
             raise LimitExceeded(
                 "max_auto_created",
@@ -265,15 +263,15 @@ class Session:
             self._name(source.durable_name)
         filt = compile_filter(source.selector)
         if source.temporary:
-            q, temporary = self._temporary_queue(), True
+            q = self._temporary_queue()
         elif routing == ANYCAST:
-            q, temporary = self._anycast_queue(address), False
+            q = self._anycast_queue(address)
         else:
-            q, temporary = self._subscription_queue(source)
+            q = self._subscription_queue(source)
             self._filter_routing(q, source)
         consumer_filter: Filter | _SubscriptionFilter | None = filt if routing == ANYCAST else None
         if engine.security.enabled and routing == MULTICAST and is_wildcard(q.address):
-            consumer_filter = self._address_guard(None)  # also for subscriptions made before
+            consumer_filter = self._address_guard()  # also for subscriptions made before
         if mode is CreditMode.WINDOW:
             w = (
                 engine.settings.resolve(q.address).default_consumer_window
@@ -295,18 +293,21 @@ class Session:
                 owner=self,
             )
         except ConsumerError:
-            if temporary:
-                engine.delete_queue(q.name)
+            self._drop_if_temporary(q)
             raise
         self.consumers[c] = q
-        self._temporary[c] = temporary
         return c
 
-    def _address_guard(self, inner: Filter | None) -> _SubscriptionFilter:
+    def _address_guard(self) -> _SubscriptionFilter:
         security, principal = self.engine.security, self.principal
         return _SubscriptionFilter(
-            inner, lambda a: security.allowed(principal, Permission.CONSUME, a), None
+            None, lambda a: security.allowed(principal, Permission.CONSUME, a), None
         )
+
+    def _drop_if_temporary(self, q: Queue) -> None:
+        """A temporary queue of this session goes when its last consumer does."""
+        if q.temporary and q.owner is self and not q.consumers and not q.deleted:
+            self.engine.delete_queue(q.name)
 
     def _filter_routing(self, q: Queue, source: Source) -> None:
         """Set what a subscription queue lets in: its selector, plus the address guard of a
@@ -371,7 +372,7 @@ class Session:
         cid = self.client_id
         return f"{cid}.{name}" if cid and not name.startswith(cid + ".") else name
 
-    def _subscription_queue(self, source: Source) -> tuple[Queue, bool]:
+    def _subscription_queue(self, source: Source) -> Queue:
         engine, post = self.engine, self.engine.post
         address = source.address
         self._check(Permission.CONSUME, address)
@@ -391,7 +392,7 @@ class Session:
                 filter=source.selector,
                 owner=self,
             )
-            return q, True
+            return q
         qname = self.durable_queue_name(source.durable_name, source.shared)
         subscriber = "shared" if source.shared else self._subscriber()
         existing = engine.queue(qname)
@@ -407,7 +408,7 @@ class Session:
             selector = q.filter.text if q.filter is not None else None
             if q.address == address and selector == (source.selector or None):
                 self._check(Permission.CONSUME, q.address)
-                return q, False
+                return q
             # the same subscriber changed its topic or selector: the old one goes (JMS)
             self._check(Permission.DELETE_DURABLE_QUEUE, q.address)
             self._check(Permission.CREATE_DURABLE_QUEUE, address)
@@ -422,7 +423,7 @@ class Session:
         q = post.create_queue(
             qname, address, MULTICAST, durable=True, filter=source.selector, subscriber=subscriber
         )
-        return q, False
+        return q
 
     def set_credit(self, consumer: Consumer, credit: int, drain: bool = False) -> None:
         """Grant link credit (absolute); with ``drain``, use it up now or give it back."""
@@ -480,13 +481,14 @@ class Session:
         q = self.consumers.pop(consumer, None)
         if q is None:
             return
-        temporary = self._temporary.pop(consumer, False)
-        if delete_durable and not temporary:
+        durable = delete_durable and not q.temporary and q.routing == MULTICAST
+        if durable:
             self._check(Permission.DELETE_DURABLE_QUEUE, q.address)
         self._out_closed += consumer.delivered
         consumer.close()
-        if (temporary or (delete_durable and q.routing == MULTICAST)) and not q.deleted:
+        if durable and not q.deleted:
             self.engine.delete_queue(q.name)
+        self._drop_if_temporary(q)
 
     async def flush(self) -> None:
         """Wait until everything written so far (settlements included) is on disk."""
