@@ -89,7 +89,6 @@ class Consumer:
         "delivered",
         "acked",
         "credit",
-        "drain",
         "owner",
     )
 
@@ -118,7 +117,6 @@ class Consumer:
         self.delivered = 0
         self.acked = 0
         self.credit = credit  # deliveries still allowed; -1: not credit-limited
-        self.drain = False
         self.owner = owner  # the core session that opened it
 
     def ready(self) -> bool:
@@ -154,10 +152,8 @@ class Consumer:
         the consumer uses up what it can now and its credit is then zeroed: the handler's
         ``drained`` says so, and the client knows the queue had nothing more for it."""
         self.credit = max(0, credit)
-        self.drain = drain
         self.queue.dispatch()
         if drain and not self.closed:
-            self.drain = False
             self.credit = 0
             drained = getattr(self.handler, "drained", None)
             if drained is not None:

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 import shutil
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from waystation.core.message import DEFAULT_PRIORITY, IdGenerator, Message, Prop
 from waystation.core.persistence import Persistence
 from waystation.core.postoffice import PostOffice, RoutingError
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
-from waystation.core.security import Principal, SecurityManager
+from waystation.core.security import SYSTEM, Principal, SecurityManager
 from waystation.core.session import Session
 from waystation.core.settings import DEFAULTS, AddressSettings, SettingsRepository
 from waystation.core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
@@ -104,6 +105,7 @@ class Engine:
         self._reaper: asyncio.Task[None] | None = None
         self.started = False
         self.sessions: dict[str, Session] = {}  # open client sessions, by id
+        self._sessions_of: Counter[str] = Counter()  # open sessions per user name
 
     @property
     def limits(self) -> Limits:
@@ -252,18 +254,22 @@ class Engine:
     ) -> Session:
         """The door for one client connection (DESIGN §7); closing it releases what it held."""
         limit = self.limits.max_sessions_per_user
-        if self.security.enabled and limit >= 0:
-            n = sum(1 for s in self.sessions.values() if s.principal.name == principal.name)
-            if n >= limit:
-                raise LimitExceeded(
-                    "max_sessions_per_user", f"user {principal.name!r} already has {n} sessions"
-                )
+        n = self._sessions_of[principal.name]
+        if self.security.enabled and 0 <= limit <= n and principal is not SYSTEM:
+            raise LimitExceeded(
+                "max_sessions_per_user", f"user {principal.name!r} already has {n} sessions"
+            )
         s = Session(self, principal, protocol, remote, client_id)
         self.sessions[s.id] = s
+        self._sessions_of[principal.name] = n + 1
         return s
 
     def forget_session(self, session: Session) -> None:
-        self.sessions.pop(session.id, None)
+        if self.sessions.pop(session.id, None) is not None:
+            name = session.principal.name
+            self._sessions_of[name] -= 1
+            if self._sessions_of[name] <= 0:
+                del self._sessions_of[name]
 
     def auto_created_count(self) -> int:
         post = self.post

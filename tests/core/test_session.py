@@ -298,3 +298,19 @@ def test_temporary_queue_is_named_by_the_node_private_and_removed(run):
         await eng.stop()
 
     run(go())
+
+
+def test_sessions_per_user_are_bounded_and_freed_on_close(run):
+    async def go():
+        eng = await make_engine(None, limits=Limits(max_sessions_per_user=2))
+        eng.security = SecurityManager(enabled=True)
+        a = eng.open_session(USER, "test", "1")
+        eng.open_session(USER, "test", "2")
+        with pytest.raises(LimitExceeded, match="max_sessions_per_user"):
+            eng.open_session(USER, "test", "3")
+        eng.open_session(Principal("other"), "test", "4")  # another user is not affected
+        a.close()
+        eng.open_session(USER, "test", "5")
+        await eng.stop()
+
+    run(go())
