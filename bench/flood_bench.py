@@ -41,7 +41,7 @@ for p in (REPO, REPO / "tests", REPO / "tests" / "gateway"):
     sys.path.insert(0, str(p))
 
 import aiohttp  # noqa: E402
-from nodekit import NodeProcess  # noqa: E402
+from nodekit import SECURITY_USERS, NodeProcess  # noqa: E402
 
 from waystation.config.passwords import hash_password  # noqa: E402
 
@@ -50,20 +50,11 @@ BYSTANDER = "127.0.0.2"
 
 
 def _config() -> str:
-    return f"""
-[[users]]
-name = "{USER}"
-password_hash = "{hash_password(PASSWORD)}"
-roles = ["rw"]
-
-[[permissions]]
-match = "#"
-send = ["rw"]
-consume = ["rw"]
-create_durable_queue = ["rw"]
-create_non_durable_queue = ["rw"]
-delete_non_durable_queue = ["rw"]
-"""
+    """nodekit's users and rw grants, with USER's password a default-strength hash (its
+    first user, so an unknown login costs that hash too)."""
+    plain = f'password = "{PASSWORD}"'
+    assert f'name = "{USER}"' in SECURITY_USERS and SECURITY_USERS.count(plain) == 1
+    return SECURITY_USERS.replace(plain, f'password_hash = "{hash_password(PASSWORD)}"')
 
 
 def _frame(command: str, headers: dict[str, str], body: bytes = b"") -> bytes:

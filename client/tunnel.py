@@ -87,7 +87,6 @@ class _Http:
         self.ssl: ssl_mod.SSLContext | bool = ssl if ssl is not None else True
         self.retry_for = retry_for
         self.stats = {"requests": 0, "failures": 0}  # live counters, for tests and logs
-        self.token = ""  # the session's secret from open, sent with every later request
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=8, ssl=self.ssl),
             headers={**REQUEST_HEADERS, **self.auth_headers},
@@ -108,9 +107,7 @@ class _Http:
         once requests have failed for ``retry_for`` seconds in a row."""
         url = self.base + path
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10.0, sock_read=read_timeout)
-        headers = {"Content-Type": CONTENT_TYPE} if data is not None else {}
-        if self.token:
-            headers[H_TOKEN] = self.token
+        headers = {"Content-Type": CONTENT_TYPE} if data is not None else None
         failing_since = 0.0
         delay = BACKOFF_FIRST
         while True:
@@ -390,7 +387,8 @@ async def open_tunnel_connection(
             info = SessionInfo.from_json(_json(body))
         except ValueError as e:
             raise TunnelError(str(e)) from None
-        http.token = info.token
+        if info.token:  # the session's secret: sent with every later request
+            http.session.headers[H_TOKEN] = info.token
     except BaseException:
         await http.session.close()
         raise

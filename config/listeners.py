@@ -23,6 +23,45 @@ from waystation.config.fields import (
 )
 from waystation.config.units import duration, size
 
+# -- limits every listener and session table has: one default, one wording ---------------
+# (the fields stay on each table, so the TOML keys are where they were; docs/security.md)
+
+
+def _connect_timeout(description: str) -> Any:
+    return Field(default=duration("10s"), description=description)
+
+
+def _max_connections(refusal: str, counted: str = "") -> Any:
+    return Field(
+        default=10000,
+        ge=1,
+        description=f"Most open connections on this listener{counted}; more get {refusal} "
+        "naming max_connections and are closed.",
+    )
+
+
+def _max_connections_per_address() -> Any:
+    return Field(
+        default=1000,
+        ge=0,
+        description="Most open connections from one source address (0 = no limit).",
+    )
+
+
+def _max_sessions(what: str) -> Any:
+    return Field(
+        default=10000, ge=1, description=f"Most {what} at once; more are refused with 503."
+    )
+
+
+def _max_sessions_per_address(what: str, made: str) -> Any:
+    return Field(
+        default=100,
+        ge=1,
+        description=f"Most {what} {made} from one source address and open at once; more are "
+        "refused with 503.",
+    )
+
 
 class TlsConfig(Section):
     cert: ConfigPath = Field(description="PEM certificate chain.")
@@ -104,22 +143,12 @@ class StompAcceptor(AcceptorConfig):
         default=duration("60s"),
         description="Idle time after which a connection without heart-beats is closed.",
     )
-    connect_timeout: Duration = Field(
-        default=duration("10s"),
-        description="A connection that has not completed CONNECT (login included) within "
-        "this is sent an ERROR naming connect_timeout and closed (0 = never).",
+    connect_timeout: Duration = _connect_timeout(
+        "A connection that has not completed CONNECT (login included) within this is sent "
+        "an ERROR naming connect_timeout and closed (0 = never)."
     )
-    max_connections: int = Field(
-        default=10000,
-        ge=1,
-        description="Most open connections on this listener; more get an ERROR naming "
-        "max_connections and are closed.",
-    )
-    max_connections_per_address: int = Field(
-        default=1000,
-        ge=0,
-        description="Most open connections from one source address (0 = no limit).",
-    )
+    max_connections: int = _max_connections("an ERROR")
+    max_connections_per_address: int = _max_connections_per_address()
 
     @model_validator(mode="after")
     def _body_fits(self) -> StompAcceptor:
@@ -215,10 +244,9 @@ class WebSocketConfig(Section):
     max_message_size: Size = Field(
         default=size("16MiB"), description="Largest WebSocket message accepted."
     )
-    connect_timeout: Duration = Field(
-        default=duration("10s"),
-        description="A WebSocket whose STOMP CONNECT has not completed within this gets an "
-        "ERROR naming connect_timeout and is closed (0 = never).",
+    connect_timeout: Duration = _connect_timeout(
+        "A WebSocket whose STOMP CONNECT has not completed within this gets an ERROR naming "
+        "connect_timeout and is closed (0 = never)."
     )
 
 
@@ -240,20 +268,21 @@ class TunnelConfig(Section):
         default=size("1MiB"),
         description="Largest upstream POST body (413 beyond; the client then sends smaller ones).",
     )
-    max_sessions: int = Field(
-        default=10000, ge=1, description="Most tunnel sessions at once; more are refused with 503."
+    max_sessions: int = _max_sessions("tunnel sessions")
+    max_sessions_per_address: int = _max_sessions_per_address("tunnel sessions", "opened")
+    connect_timeout: Duration = _connect_timeout(
+        "A session whose protocol has not completed its login (STOMP CONNECT) within this "
+        "is ended (0 = never); so are sessions that never send a byte."
     )
-    max_sessions_per_address: int = Field(
-        default=100,
-        ge=1,
-        description="Most tunnel sessions opened from one source address and open at once; "
-        "more are refused with 503.",
-    )
-    connect_timeout: Duration = Field(
-        default=duration("10s"),
-        description="A session whose protocol has not completed its login (STOMP CONNECT) "
-        "within this is ended (0 = never); so are sessions that never send a byte.",
-    )
+
+    @model_validator(mode="after")
+    def _timing_positive(self) -> TunnelConfig:
+        # open's answer carries both; the client refuses 0 (a tight poll loop, or sessions
+        # that end at once), so the node must not start with it
+        for key in ("response_time", "session_timeout"):
+            if not getattr(self, key):
+                raise Problems([((key,), "must be more than 0")])
+        return self
 
 
 class SockJsConfig(Section):
@@ -284,22 +313,10 @@ class SockJsConfig(Section):
         description="Largest xhr_send / jsonp_send body (413 beyond); bigger STOMP frames "
         "need the WebSocket transport.",
     )
-    max_sessions: int = Field(
-        default=10000,
-        ge=1,
-        description="Most HTTP (polling and streaming) SockJS sessions at once; more are "
-        "refused with 503.",
-    )
-    max_sessions_per_address: int = Field(
-        default=100,
-        ge=1,
-        description="Most HTTP SockJS sessions created from one source address and open at "
-        "once; more are refused with 503.",
-    )
-    connect_timeout: Duration = Field(
-        default=duration("10s"),
-        description="A session whose STOMP CONNECT has not completed within this is closed "
-        "(0 = never).",
+    max_sessions: int = _max_sessions("HTTP (polling and streaming) SockJS sessions")
+    max_sessions_per_address: int = _max_sessions_per_address("HTTP SockJS sessions", "created")
+    connect_timeout: Duration = _connect_timeout(
+        "A session whose STOMP CONNECT has not completed within this is closed (0 = never)."
     )
 
 
@@ -318,17 +335,8 @@ class HttpAcceptor(AcceptorConfig):
         default=duration("60s"),
         description="An idle keep-alive connection is closed after this.",
     )
-    max_connections: int = Field(
-        default=10000,
-        ge=1,
-        description="Most open connections on this listener (WebSockets and held polls "
-        "included); more get 503 naming max_connections and are closed.",
-    )
-    max_connections_per_address: int = Field(
-        default=1000,
-        ge=0,
-        description="Most open connections from one source address (0 = no limit).",
-    )
+    max_connections: int = _max_connections("503", " (WebSockets and held polls included)")
+    max_connections_per_address: int = _max_connections_per_address()
     rest: RestConfig = Field(default_factory=RestConfig, description="REST messaging.")
     websocket: WebSocketConfig = Field(
         default_factory=WebSocketConfig, description="STOMP over WebSocket."

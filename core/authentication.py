@@ -12,9 +12,10 @@ Why each rule:
   that doubles up to ``max_delay``; an attempt on a locked key is refused without hashing.
   A refused attempt is answered after ``refusal_delay`` (tarpit), so a guessing loop is
   slowed to the server's pace instead of costing it thousands of requests a second.
-  A success clears its keys; a password already verified (kept as a digest) passes a
-  login's lock, so a stranger's guesses cannot lock a user out who knows the password.  Both tables are bounded (least recently failed forgotten
-  first) and a key with no failure for ``forget_after`` is dropped.
+  A success clears its keys; a password already verified (kept as a keyed digest) passes
+  a login's lock, so a stranger's guesses cannot lock a user out who knows the password.
+  Both tables are bounded (least recently failed forgotten first) and a key with no
+  failure for ``forget_after`` is dropped.
 - An unknown login runs a real user's check on the passcode (the result ignored), so timing
   does not tell which users exist; every refusal starts ``authentication failed`` (a locked
   key adds how long to wait, which says nothing about the user either: unknown names lock
@@ -28,6 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import hmac
+import secrets
 import time
 import weakref
 from collections import OrderedDict
@@ -122,6 +125,8 @@ class Authenticator:
         self.by_source = _Throttle(self.policy.free_failures, self.policy)
         self.by_user = _Throttle(self.policy.free_failures_per_user, self.policy)
         self._verified: OrderedDict[tuple[str, bytes], None] = OrderedDict()
+        # keyed digests: a memory dump must not hold fast, unsalted hashes of passwords
+        self._digest_key = secrets.token_bytes(32)
         self._pool: ThreadPoolExecutor | None = None
         self.pending = 0  # checks submitted to the pool and not finished
         self.stats = {"hashed": 0, "refused_locked": 0, "refused_busy": 0, "failed": 0}
@@ -145,6 +150,7 @@ class Authenticator:
             self.stats["refused_busy"] += 1
             raise AuthenticationError(f"{FAILED}: server busy checking logins, try again")
         self.pending += 1
+        self.stats["hashed"] += 1  # counted here: workers share no state with the loop
         try:
             loop = asyncio.get_running_loop()
             ok = await loop.run_in_executor(self._executor(), self._check, user, passcode or "")
@@ -161,6 +167,7 @@ class Authenticator:
         if isinstance(quick, Principal):
             return quick
         user, key = quick
+        self.stats["hashed"] += 1
         ok = self._check(user, passcode or "")
         return self._after(login or "", source, user, key, ok)
 
@@ -183,7 +190,8 @@ class Authenticator:
         now = time.monotonic()
         wait = self.by_source.locked_for(source_host(source), now)
         user = sec.users.get(login)
-        key = (login, hashlib.sha256((passcode or "").encode()).digest())
+        digest = hmac.digest(self._digest_key, (passcode or "").encode(), hashlib.sha256)
+        key = (login, digest)
         if wait <= 0 and user is not None and key in self._verified:
             # a password already proven right is no guess: a user locked by someone else's
             # wrong guesses still gets in with it (no lock-out of a user by a stranger)
@@ -202,7 +210,6 @@ class Authenticator:
 
     def _check(self, user: User | None, passcode: str) -> bool:
         """Runs in a worker: an unknown login costs a real user's check all the same."""
-        self.stats["hashed"] += 1
         if user is not None:
             return user.check_password(passcode)
         stand_in = next(iter(self.security.users.values()), None)
@@ -246,10 +253,14 @@ def install_authenticator(engine: Engine, authenticator: Authenticator) -> None:
 
 def authenticator(engine: Engine) -> Authenticator:
     """The engine's authenticator (one per engine, so throttles count across protocols);
-    made with the default policy on first use when none was installed."""
+    made with the default policy on first use when none was installed.  When the engine's
+    ``security`` was replaced (new users), a new one takes over with the same policy: the
+    old one's verified passwords and throttles belong to the old users."""
     a = _BY_ENGINE.get(engine)
-    if a is None or a.security is not engine.security:
+    if a is None:
         a = _BY_ENGINE[engine] = Authenticator(engine.security)
+    elif a.security is not engine.security:  # the old pool's threads end with it
+        a = _BY_ENGINE[engine] = Authenticator(engine.security, a.policy)
     return a
 
 

@@ -85,8 +85,54 @@ def peer_text(peer: object) -> str:
     return str(peer)
 
 
+class Places:
+    """Places held (connections, sessions) in all and per source host, against a total and
+    a per-host limit: what a listener, the tunnel and SockJS each count.  A refusal text
+    names the config key of the limit reached."""
+
+    def __init__(
+        self,
+        what: str,
+        maximum: int,
+        per_host: int,
+        keys: tuple[str, str],
+        where: str = "",
+    ) -> None:
+        self.what = what  # "connections", "tunnel sessions"...
+        self.where = where  # said after ``what`` when the total is reached
+        self.maximum = maximum
+        self.per_host = per_host  # 0: no per-host limit
+        self.keys = keys  # the config keys of (maximum, per_host)
+        self.held = 0
+        self.by_host: Counter[str] = Counter()
+
+    @property
+    def full(self) -> bool:
+        return self.held >= self.maximum
+
+    def refusal(self, host: str) -> str | None:
+        """Why ``host`` may not take another place now (None: it may)."""
+        if self.full:
+            return f"too many {self.what}{self.where} ({self.keys[0]} = {self.maximum})"
+        if self.per_host and self.by_host[host] >= self.per_host:
+            return f"too many {self.what} from your address ({self.keys[1]} = {self.per_host})"
+        return None
+
+    def take(self, host: str) -> None:
+        self.held += 1
+        self.by_host[host] += 1
+
+    def release(self, host: str) -> None:
+        self.held -= 1
+        n = self.by_host[host] - 1
+        if n > 0:
+            self.by_host[host] = n
+        else:
+            del self.by_host[host]
+
+
 class Admission:
-    """One listener's admission: counts now, per host, and the process budget."""
+    """One listener's admission: its connections, per host, and the process budget."""
 
     def __init__(
         self,
@@ -96,27 +142,21 @@ class Admission:
         budget: SocketBudget = BUDGET,
     ) -> None:
         self.listener = listener
-        self.max_connections = max_connections
-        self.max_per_address = max_per_address  # 0: no per-address limit
+        self.places = Places(
+            "connections",
+            max_connections,
+            max_per_address,
+            ("max_connections", "max_connections_per_address"),
+            where=" to this listener",
+        )
         self.budget = budget
-        self.open = 0
-        self.by_host: Counter[str] = Counter()
         self.refused = 0
 
     def admit(self, host: str) -> str | None:
         """Count a new connection from ``host``; or the refusal (naming the limit) when it
         must be closed instead (then nothing was counted)."""
-        why: str | None = None
-        if self.open >= self.max_connections:
-            why = (
-                f"too many connections to this listener (max_connections = {self.max_connections})"
-            )
-        elif self.max_per_address and self.by_host[host] >= self.max_per_address:
-            why = (
-                "too many connections from your address "
-                f"(max_connections_per_address = {self.max_per_address})"
-            )
-        elif self.budget.open >= self.budget.limit:
+        why = self.places.refusal(host)
+        if why is None and self.budget.open >= self.budget.limit:
             why = f"server out of sockets (open socket budget = {self.budget.limit})"
         if why is not None:
             self.refused += 1
@@ -124,19 +164,13 @@ class Admission:
                 log.warning("%s: refused a connection from %s: %s (%d refused so far)",
                             self.listener, host, why, self.refused)  # fmt: skip
             return why
-        self.open += 1
-        self.by_host[host] += 1
+        self.places.take(host)
         self.budget.open += 1
         return None
 
     def release(self, host: str) -> None:
-        self.open -= 1
+        self.places.release(host)
         self.budget.open -= 1
-        n = self.by_host[host] - 1
-        if n > 0:
-            self.by_host[host] = n
-        else:
-            del self.by_host[host]
 
 
 class _Login(Protocol):
@@ -180,6 +214,7 @@ def login_policy(cfg: LoginConfig) -> LoginPolicy:
 __all__ = [
     "BUDGET",
     "Admission",
+    "Places",
     "REFUSAL_DELAY",
     "SocketBudget",
     "connect_deadline",

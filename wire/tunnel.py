@@ -15,6 +15,7 @@ parameter and header names) are constants here so server and client cannot drift
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,8 @@ H_TOKEN = "X-Tunnel-Token"  # every request after open: the secret open returned
 CONTENT_TYPE = "application/octet-stream"
 SESSION_ID = re.compile(r"[A-Za-z0-9_-]{22}")  # 128 random bits, urlsafe base64
 TOKEN = re.compile(r"[A-Za-z0-9_-]{43}")  # 256 random bits, urlsafe base64
-MAX_OFFSET_DIGITS = 19  # offsets fit in a signed 64-bit integer
+MAX_OFFSET = 2**63 - 1  # offsets fit in a signed 64-bit integer (as in Java peers)
+MAX_OFFSET_DIGITS = len(str(MAX_OFFSET))  # 19: longer text is refused before int()
 
 
 class OffsetError(ValueError):
@@ -50,7 +52,10 @@ def parse_offset(value: str | None, name: str) -> int:
         raise ValueError(f"{name} is required (a byte offset)")
     if not value.isascii() or not value.isdigit() or len(value) > MAX_OFFSET_DIGITS:
         raise ValueError(f"{name} must be a non-negative integer, got {value[:40]!r}")
-    return int(value)
+    n = int(value)
+    if n > MAX_OFFSET:
+        raise ValueError(f"{name} must be at most {MAX_OFFSET}, got {value!r}")
+    return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,10 +88,19 @@ class SessionInfo:
         token = data.get("token", "")  # "" from a server that binds no token
         if not isinstance(token, str) or (token and not TOKEN.fullmatch(token)):
             raise ValueError("tunnel open: malformed session token")
-        try:
-            return cls(sid, float(data["response_time"]), float(data["session_timeout"]), token)
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"tunnel open: bad timing fields ({e})") from None
+        return cls(sid, _seconds(data, "response_time"), _seconds(data, "session_timeout"), token)
+
+
+def _seconds(data: dict[str, Any], key: str) -> float:
+    """A finite positive number of seconds from ``open``'s answer: NaN, infinity or <= 0
+    would make the client poll in a tight loop or never time out."""
+    try:
+        value = float(data[key])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"tunnel open: bad timing fields ({e})") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"tunnel open: {key} must be a finite positive number, got {value}")
+    return value
 
 
 class Receiver:

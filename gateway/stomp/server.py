@@ -14,7 +14,7 @@ import logging
 import socket
 import ssl
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from waystation.core.engine import Engine
 from waystation.gateway.admission import Admission, connect_deadline, peer_host, peer_text
@@ -81,7 +81,8 @@ class StompProtocol(asyncio.Protocol):
         self._closing = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.transport = t
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -94,8 +95,8 @@ class StompProtocol(asyncio.Protocol):
         if self.admission is not None:
             why = self.admission.admit(self.host)
             if why is not None:
-                self.transport.write(refusal_frame(why))
-                self.transport.close()
+                t.write(refusal_frame(why))
+                t.close()
                 return
             self._admitted = True
         self.connections.add(self)

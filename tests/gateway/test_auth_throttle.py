@@ -11,35 +11,34 @@ import time
 import aiohttp
 import pytest
 import stomp
-from nodekit import NodeProcess, RawStomp, header
+from nodekit import SECURITY_USERS, NodeProcess, RawStomp, header
 
 from waystation.config.passwords import hash_password
-from waystation.core.authentication import Authenticator, LoginPolicy
+from waystation.core.authentication import (
+    Authenticator,
+    LoginPolicy,
+    authenticator,
+    install_authenticator,
+)
 from waystation.core.security import AuthenticationError, SecurityManager, User
 
 ITERATIONS = 200_000  # ~0.1 s a check: slow enough to see, quick enough for a test
 
 
+def _user(name: str, password: str, iterations: int = ITERATIONS) -> str:
+    """A ``[[users]]`` entry (role rw) whose password is a PBKDF2 hash: each check costs."""
+    pw_hash = hash_password(password, iterations=iterations)
+    return f'\n[[users]]\nname = "{name}"\npassword_hash = "{pw_hash}"\nroles = ["rw"]\n'
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
-    users = f"""
-[[users]]
-name = "app"
-password_hash = "{hash_password("secret", iterations=ITERATIONS)}"
-roles = ["rw"]
-
-[[users]]
-name = "victim"
-password_hash = "{hash_password("v-pass", iterations=ITERATIONS)}"
-roles = ["rw"]
-
-[[permissions]]
-match = "#"
-send = ["rw"]
-consume = ["rw"]
-create_durable_queue = ["rw"]
-create_non_durable_queue = ["rw"]
-"""
+    # nodekit's users and rw grants, with app ("secret") hashed; app stays the first user,
+    # whose check an unknown login costs
+    plain = 'password = "secret"'
+    assert SECURITY_USERS.count(plain) == 1
+    app_hashed = f'password_hash = "{hash_password("secret", iterations=ITERATIONS)}"'
+    users = SECURITY_USERS.replace(plain, app_hashed) + _user("victim", "v-pass")
     n = NodeProcess(tmp_path_factory.mktemp("auth"), extra_config=users, http=True).start()
     yield n
     n.stop()
@@ -79,12 +78,7 @@ def test_wrong_passwords_lock_the_source_then_even_the_right_one_waits(node, run
 
 def test_unknown_and_known_users_get_the_same_answer_and_cost(tmp_path, run):
     """Today an unknown login is refused at once (no hash): timing tells who exists."""
-    users = f"""
-[[users]]
-name = "app"
-password_hash = "{hash_password("secret", iterations=ITERATIONS * 3)}"
-roles = ["rw"]
-"""
+    users = _user("app", "secret", ITERATIONS * 3)
     n = NodeProcess(tmp_path, extra_config=users, http=True).start()
     try:
 
@@ -186,3 +180,23 @@ def test_authenticator_locks_after_free_failures_and_success_clears(run):
 
     run(go())
     a.close()
+
+
+def test_engine_authenticator_follows_new_users_and_keeps_the_installed_policy():
+    """Replacing the engine's users (a reload, a test) must not fall back to the default
+    policy, nor keep the old users' verified passwords."""
+
+    class FakeEngine:  # authenticator() needs only ``security`` (and a weak reference)
+        def __init__(self, security: SecurityManager) -> None:
+            self.security = security
+
+    engine = FakeEngine(SecurityManager(enabled=True))
+    policy = LoginPolicy(free_failures=3, refusal_delay=0.2)
+    installed = Authenticator(engine.security, policy)
+    install_authenticator(engine, installed)  # type: ignore[arg-type]
+    assert authenticator(engine) is installed  # type: ignore[arg-type]
+    engine.security = SecurityManager(enabled=True)
+    after = authenticator(engine)  # type: ignore[arg-type]
+    assert after is not installed and after.security is engine.security
+    assert after.policy is policy
+    assert authenticator(engine) is after  # type: ignore[arg-type]

@@ -11,11 +11,14 @@ The default run is a bounded budget (seconds); ``-m fuzz`` runs the long budget.
 
 from __future__ import annotations
 
+import math
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from waystation.wire.tunnel import (
+    MAX_OFFSET,
     MAX_OFFSET_DIGITS,
     SESSION_ID,
     TOKEN,
@@ -42,6 +45,8 @@ def test_parse_offset_any_text(examples: int) -> None:
         | st.integers(-(10**25), 10**25).map(str)
         | st.from_regex(r"\A[0-9 +_\-]{0,25}\Z")
     )
+    @example(value="9" * MAX_OFFSET_DIGITS)  # 19 digits, above 2**63 - 1: was accepted
+    @example(value=str(MAX_OFFSET))
     def run(value: str | None) -> None:
         try:
             n = parse_offset(value, "ack")
@@ -49,7 +54,7 @@ def test_parse_offset_any_text(examples: int) -> None:
             assert "ack" in str(e) and len(str(e)) < 500  # names the parameter; echo of 40 chars
             return
         assert value is not None and value.isascii() and value.isdigit()
-        assert n == int(value) and 0 <= n < 10**MAX_OFFSET_DIGITS
+        assert n == int(value) and 0 <= n <= MAX_OFFSET
 
     run()
 
@@ -151,6 +156,8 @@ def test_session_info_from_any_json(examples: int) -> None:
 
     @settings(max_examples=examples, deadline=None, database=None)
     @given(data=json_values | fields)
+    @example(data={"session": "A" * 22, "response_time": "nan", "session_timeout": 60})
+    @example(data={"session": "A" * 22, "response_time": 10, "session_timeout": "-inf"})
     def run(data: object) -> None:
         try:
             info = SessionInfo.from_json(data)
@@ -159,5 +166,7 @@ def test_session_info_from_any_json(examples: int) -> None:
             return
         assert isinstance(data, dict) and info.session == data["session"]
         assert info.token in ("", data.get("token"))
+        for seconds in (info.response_time, info.session_timeout):
+            assert math.isfinite(seconds) and seconds > 0
 
     run()

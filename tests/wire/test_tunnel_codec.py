@@ -111,6 +111,11 @@ def test_parse_offset_is_precise():
         parse_offset("9" * 30, "offset")
     with pytest.raises(ValueError):
         parse_offset("١٢", "ack")  # non-ASCII digits
+    # 19 digits fit the length check but not a signed 64-bit integer (found by fuzzing)
+    assert parse_offset(str(2**63 - 1), "ack") == 2**63 - 1
+    for too_big in (str(2**63), "9" * 19):
+        with pytest.raises(ValueError, match="ack must be at most"):
+            parse_offset(too_big, "ack")
 
 
 def test_session_info_round_trip_and_validation():
@@ -119,3 +124,19 @@ def test_session_info_round_trip_and_validation():
     for bad in ([], {"session": "short"}, {"session": "A" * 22, "response_time": "x"}):
         with pytest.raises(ValueError, match="tunnel open"):
             SessionInfo.from_json(bad)
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("response_time", "nan"),  # found by fuzzing: float() takes these strings
+        ("session_timeout", "-inf"),
+        ("response_time", float("inf")),
+        ("session_timeout", 0),
+        ("response_time", -1.5),
+    ],
+)
+def test_session_info_timing_must_be_finite_and_positive(field, value):
+    data = SessionInfo("A" * 22, 10.0, 60.0).to_json() | {field: value}
+    with pytest.raises(ValueError, match=f"tunnel open: {field} must be a finite positive"):
+        SessionInfo.from_json(data)

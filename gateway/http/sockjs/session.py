@@ -21,11 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections import Counter
 from collections.abc import Callable
 
 from waystation.core.engine import Engine
-from waystation.gateway.admission import connect_deadline
+from waystation.gateway.admission import Places, connect_deadline
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.textlink import TextLink
 from waystation.gateway.queued_link import feed
@@ -148,29 +147,25 @@ class Sessions:
         self.engine = engine
         self.options = options
         self.delay = disconnect_delay
-        self.max_sessions = max_sessions
-        self.max_per_address = max_per_address
         self.connect_timeout = connect_timeout
+        self.places = Places(
+            "SockJS sessions",
+            max_sessions,
+            max_per_address,
+            ("max_sessions", "max_sessions_per_address"),
+        )
         self.by_id: dict[str, SockJsSession] = {}
-        self.by_host: Counter[str] = Counter()
 
     def get(self, sid: str) -> SockJsSession | None:
         return self.by_id.get(sid)
 
     @property
     def full(self) -> bool:
-        return len(self.by_id) >= self.max_sessions
+        return self.places.full
 
     def refusal(self, host: str) -> str | None:
         """Why a new session from ``host`` cannot be created now (naming the limit)."""
-        if self.full:
-            return f"too many SockJS sessions (max_sessions = {self.max_sessions})"
-        if self.by_host[host] >= self.max_per_address:
-            return (
-                "too many SockJS sessions from your address "
-                f"(max_sessions_per_address = {self.max_per_address})"
-            )
-        return None
+        return self.places.refusal(host)
 
     def create(
         self, sid: str, peer: str, host: str = "?", cookie: str | None = None
@@ -181,18 +176,13 @@ class Sessions:
             (host, cookie), self.connect_timeout,
         )  # fmt: skip
         self.by_id[sid] = s
-        self.by_host[host] += 1
+        self.places.take(host)
         return s
 
     def _forget(self, s: SockJsSession) -> None:
         if self.by_id.get(s.sid) is s:
             del self.by_id[s.sid]
-            host = s.owner[0]
-            n = self.by_host[host] - 1
-            if n > 0:
-                self.by_host[host] = n
-            else:
-                del self.by_host[host]
+            self.places.release(s.owner[0])
 
     def close_all(self) -> None:
         for s in list(self.by_id.values()):

@@ -20,12 +20,11 @@ or write the session.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import secrets
 import time
-from collections import Counter
 
+from waystation.gateway.admission import Places
 from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.tunnel.protocols import PROTOCOLS
 from waystation.gateway.http.tunnel.session import LINK_HIGH, LINK_LOW, TunnelSession
@@ -49,13 +48,14 @@ class Registry:
         cfg = ctx.cfg.tunnel
         self.session_timeout = cfg.session_timeout.total_seconds()
         self.response_time = cfg.response_time.total_seconds()
-        self.max_sessions = cfg.max_sessions
-        self.max_per_address = cfg.max_sessions_per_address
         self.connect_timeout = cfg.connect_timeout.total_seconds()
+        self.places = Places(
+            "tunnel sessions",
+            cfg.max_sessions,
+            cfg.max_sessions_per_address,
+            ("max_sessions", "max_sessions_per_address"),
+        )
         self.sessions: dict[str, TunnelSession] = {}
-        self.by_host: Counter[str] = Counter()
-        self.tokens: dict[str, str] = {}  # session id -> its secret
-        self.hosts: dict[str, str] = {}  # session id -> the host that opened it
         self.gone: dict[str, float] = {}  # session id -> when to forget it
         self._reaper: asyncio.Task[None] | None = None
 
@@ -63,35 +63,20 @@ class Registry:
         """A new session running ``protocol`` for a client at ``host`` (KeyError if the
         protocol is not registered, Full when a session limit is reached)."""
         factory = PROTOCOLS[protocol]
-        if len(self.sessions) >= self.max_sessions:
-            raise Full(f"too many tunnel sessions (max_sessions = {self.max_sessions})")
-        if self.by_host[host] >= self.max_per_address:
-            raise Full(
-                "too many tunnel sessions from your address "
-                f"(max_sessions_per_address = {self.max_per_address})",
-                per_address=True,
-            )
+        refusal = self.places.refusal(host)
+        if refusal is not None:
+            raise Full(refusal, per_address=not self.places.full)
         sid = secrets.token_urlsafe(16)
-        link = QueuedLink(
-            peer, high=LINK_HIGH, low=LINK_LOW
-        )  # the peer: the login throttle counts its host
+        link = QueuedLink(peer, high=LINK_HIGH, low=LINK_LOW)  # the login throttle counts peer
         stream = factory(self.ctx, link)
         link.target = stream
-        session = TunnelSession(sid, protocol, link, stream, self.response_time)
+        session = TunnelSession(
+            sid, protocol, link, stream, self.response_time, host, secrets.token_urlsafe(32)
+        )
         self.sessions[sid] = session
-        self.tokens[sid] = secrets.token_urlsafe(32)
-        self.hosts[sid] = host
-        self.by_host[host] += 1
+        self.places.take(host)
         log.info("tunnel session %s opened (%s) for %s", sid[:6], protocol, peer)
         return session
-
-    def token(self, sid: str) -> str:
-        return self.tokens[sid]
-
-    def authorized(self, sid: str, token: str | None) -> bool:
-        """``token`` is the secret of the live session ``sid``."""
-        want = self.tokens.get(sid)
-        return want is not None and token is not None and hmac.compare_digest(want, token)
 
     def lookup(self, sid: str) -> TunnelSession | bool:
         """The session; else True if it existed and ended, False if it is unknown."""
@@ -103,13 +88,7 @@ class Registry:
     def end(self, session: TunnelSession, why: str) -> None:
         if self.sessions.pop(session.sid, None) is None:
             return
-        self.tokens.pop(session.sid, None)
-        host = self.hosts.pop(session.sid, "?")
-        n = self.by_host[host] - 1
-        if n > 0:
-            self.by_host[host] = n
-        else:
-            del self.by_host[host]
+        self.places.release(session.host)
         self.gone[session.sid] = time.monotonic() + self.session_timeout
         session.end()
         log.info("tunnel session %s closed: %s", session.sid[:6], why)

@@ -52,7 +52,7 @@ class Routes:
         if found is False:
             return _text(404, f"no tunnel session {sid[:40]!r} (unknown or expired)")
         assert isinstance(found, TunnelSession)
-        if not self.registry.authorized(sid, request.headers.get(H_TOKEN)):
+        if not found.authorized(request.headers.get(H_TOKEN)):
             return _text(
                 403,
                 f"{H_TOKEN} missing or wrong: only the client that opened the session may use it",
@@ -84,10 +84,7 @@ class Routes:
             return _text(503, f"{e}; try again later", {"Retry-After": "1"})
         registry = self.registry
         info = SessionInfo(
-            session.sid,
-            registry.response_time,
-            registry.session_timeout,
-            registry.token(session.sid),
+            session.sid, registry.response_time, registry.session_timeout, session.token
         ).to_json()
         return web.json_response(info, status=201)
 

@@ -17,6 +17,7 @@ vanishes meanwhile leaves a session that times out like any other.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 
 from waystation.gateway.http.tunnel.protocols import StreamSession
@@ -34,9 +35,18 @@ class Ended(Exception):
 
 class TunnelSession:
     def __init__(
-        self, sid: str, protocol: str, link: QueuedLink, stream: StreamSession, hold: float
+        self,
+        sid: str,
+        protocol: str,
+        link: QueuedLink,
+        stream: StreamSession,
+        hold: float,
+        host: str = "?",
+        token: str = "",
     ) -> None:
         self.sid = sid
+        self.host = host  # the source address that opened it (its per-address place)
+        self.token = token  # the secret every request after open must carry
         self.protocol = protocol
         self.link = link
         self.stream = stream
@@ -47,6 +57,10 @@ class TunnelSession:
         self.opened = self.last_seen = time.monotonic()
         self.active = 0  # requests being handled now (a held poll counts)
         self._poll: asyncio.Future[None] | None = None  # the held poll's wake-up
+
+    def authorized(self, token: str | None) -> bool:
+        """``token`` (from a request's header) is this session's secret."""
+        return token is not None and hmac.compare_digest(self.token, token)
 
     @property
     def finished(self) -> bool:
