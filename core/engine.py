@@ -112,6 +112,11 @@ class Engine:
         return self.config.limits
 
     @property
+    def secured(self) -> bool:
+        """Whether users are told apart (security on)."""
+        return self.security.enabled
+
+    @property
     def post(self) -> PostOffice:
         if self._post is None:
             raise RuntimeError("engine not started")
@@ -263,6 +268,16 @@ class Engine:
         self.sessions[s.id] = s
         self._sessions_of[principal.name] = n + 1
         return s
+
+    def principal_named(self, name: str) -> Principal | None:
+        """The user ``name`` with the roles they hold now (a stored registration's owner);
+        None when security is on and no such user exists."""
+        if not self.security.enabled:
+            return Principal(name)
+        if name == SYSTEM.name:
+            return SYSTEM
+        user = self.security.users.get(name)
+        return Principal(user.name, user.roles) if user is not None else None
 
     def forget_session(self, session: Session) -> None:
         if self.sessions.pop(session.id, None) is not None:

@@ -61,6 +61,19 @@ class Source:
     shared: bool = False  # a durable subscription several clients share (not client-scoped)
     no_local: bool = False  # not the messages this session sends (multicast only)
     temporary: bool = False  # a new anycast queue of the node's naming, gone with the consumer
+    owned: bool = True  # a durable subscription only its subscriber may attach to; False:
+    # any principal with consume on the address may (REST push registrations, by name)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    """What a client may know of an existing queue (for discovery and 404s)."""
+
+    name: str
+    address: str
+    routing: str
+    durable: bool
+    selector: str | None
 
 
 class SessionError(Exception):
@@ -151,9 +164,32 @@ class Session:
             "transactions": len(self.transactions),
         }
 
-    # -- checks ---------------------------------------------------------------------------
-    def _check(self, permission: Permission, address: str) -> None:
+    # -- checks and look-ups -------------------------------------------------------------
+    def check(self, permission: Permission, address: str) -> None:
+        """NotAuthorized unless this session's principal holds ``permission`` there."""
         self.engine.security.check(self.principal, permission, address)
+
+    _check = check
+
+    def allowed(self, permission: Permission, address: str) -> bool:
+        return self.engine.security.allowed(self.principal, permission, address)
+
+    def lookup_queue(self, name: str) -> QueueInfo | None:
+        q = self.engine.queue(name)
+        if q is None:
+            return None
+        selector = q.filter.text if q.filter is not None else None
+        return QueueInfo(q.name, q.address, q.routing, q.durable, selector)
+
+    def lookup_address(self, name: str) -> str | None:
+        """The routing of the declared address ``name``, or None."""
+        info = self.engine.post.addresses.get(name)
+        return info.routing if info is not None else None
+
+    def may_auto_create(self, name: str, routing: str) -> bool:
+        """Whether the address settings let a send or subscription create ``name``."""
+        s = self.engine.settings.resolve(name)
+        return s.auto_create_queues if routing == ANYCAST else s.auto_create_addresses
 
     def _live(self) -> None:
         if self.closed:
@@ -166,7 +202,7 @@ class Session:
         if why is not None:
             raise RoutingError(f"invalid name: {why}")
 
-    def _may_auto_create(self, address: str) -> None:
+    def _auto_create_limit(self, address: str) -> None:
         engine, post = self.engine, self.engine.post
         limit = engine.limits.max_auto_created
         if (  # counted only once the node holds that many queues and addresses at all
@@ -192,7 +228,7 @@ class Session:
             resolved = routing or engine.resolve_routing(address)
             if resolved != MULTICAST:
                 self._check(Permission.CREATE_DURABLE_QUEUE, address)
-                self._may_auto_create(address)
+                self._auto_create_limit(address)
         if len(self._send_ok) < 1000:
             self._send_ok[key] = True
 
@@ -347,7 +383,7 @@ class Session:
             if not engine.settings.resolve(address).auto_create_queues:
                 raise RoutingError(f"queue {address!r} does not exist")
             self._check(Permission.CREATE_DURABLE_QUEUE, address)
-            self._may_auto_create(address)
+            self._auto_create_limit(address)
             return engine.post.create_queue(
                 address, address, ANYCAST, durable=True, auto_created=True
             )
@@ -376,13 +412,16 @@ class Session:
         engine, post = self.engine, self.engine.post
         address = source.address
         self._check(Permission.CONSUME, address)
+        if not source.durable_name:  # checked before anything is made
+            self._check(Permission.CREATE_NON_DURABLE_QUEUE, address)
+        elif engine.queue(self.durable_queue_name(source.durable_name, source.shared)) is None:
+            self._check(Permission.CREATE_DURABLE_QUEUE, address)
         if post.addresses.get(address) is None:
             if not engine.settings.resolve(address).auto_create_addresses:
                 raise RoutingError(f"address {address!r} does not exist")
-            self._may_auto_create(address)
+            self._auto_create_limit(address)
             post.ensure_address(address, MULTICAST, auto_created=True)
         if not source.durable_name:
-            self._check(Permission.CREATE_NON_DURABLE_QUEUE, address)
             q = post.create_queue(
                 f"tmp.{uuid.uuid4().hex}",
                 address,
@@ -394,7 +433,7 @@ class Session:
             )
             return q
         qname = self.durable_queue_name(source.durable_name, source.shared)
-        subscriber = "shared" if source.shared else self._subscriber()
+        subscriber = "shared" if source.shared else self._subscriber() if source.owned else ""
         existing = engine.queue(qname)
         if existing is not None:
             q = existing
@@ -418,12 +457,48 @@ class Session:
                     "address or selector while a consumer is attached"
                 )
             engine.delete_queue(qname)
-        else:
-            self._check(Permission.CREATE_DURABLE_QUEUE, address)
         q = post.create_queue(
             qname, address, MULTICAST, durable=True, filter=source.selector, subscriber=subscriber
         )
         return q
+
+    # -- declaring (what a client may create without consuming) ---------------------------
+    def create_queue(self, name: str, *, durable: bool = True, selector: str | None = None) -> None:
+        """An anycast queue of that name, checked for create permission."""
+        self._live()
+        self._name(name)
+        self.check(
+            Permission.CREATE_DURABLE_QUEUE if durable else Permission.CREATE_NON_DURABLE_QUEUE,
+            name,
+        )
+        self.engine.create_queue(name, name, routing=ANYCAST, durable=durable, filter=selector)
+
+    def declare_address(self, name: str) -> None:
+        """A multicast address (what a subscriber would make), checked like one."""
+        self._live()
+        self._name(name)
+        self.check(Permission.CREATE_NON_DURABLE_QUEUE, name)
+        self.engine.post.ensure_address(name, MULTICAST)
+
+    def declare_subscription(self, source: Source) -> str:
+        """Make (or find) the durable subscription ``source`` describes without attaching a
+        consumer; returns its queue name."""
+        self._live()
+        if not source.durable_name:
+            raise SessionError("a declared subscription needs a durable name")
+        self._name(source.address, wildcards=True)
+        self._name(source.durable_name)
+        return self._subscription_queue(source).name
+
+    def delete_subscription(self, name: str) -> None:
+        """Drop the durable subscription ``name`` (no consumer may hold it)."""
+        q = self.engine.queue(name)
+        if q is None or q.routing != MULTICAST or q.temporary or q.deleted:
+            return
+        self.check(Permission.DELETE_DURABLE_QUEUE, q.address)
+        if q.consumers:
+            raise SessionError(f"durable subscription {name!r} is in use")
+        self.engine.delete_queue(name)
 
     def set_credit(self, consumer: Consumer, credit: int, drain: bool = False) -> None:
         """Grant link credit (absolute); with ``drain``, use it up now or give it back."""

@@ -113,3 +113,39 @@ def test_push_registrations_count_against_the_same_caps(open_node, run):
                 assert "max_consumers_per_address = 5" in await r.text()
 
     run(go())
+
+
+def test_each_rest_consumer_is_a_core_session_counted_per_user(tmp_path, run):
+    """A pull consumer holds one core session of its user: ``max_sessions_per_user`` refuses
+    the next one with 503 naming the limit, and a DELETE gives the session back."""
+    n = NodeProcess(tmp_path, extra_config=USERS + "\n[limits]\nmax_sessions_per_user = 2\n",
+                    http=HTTP).start()  # fmt: skip
+
+    async def go():
+        base = n.http_url
+        h = _basic("app", "secret")
+        async with aiohttp.ClientSession() as s:
+            made = []
+            for _ in range(2):
+                async with s.post(f"{base}/queues/lim.s/pull-consumers", headers=h) as r:
+                    assert r.status == 201, await r.text()
+                    made.append(r.headers["Location"])
+            async with s.post(f"{base}/queues/lim.s/pull-consumers", headers=h) as r:
+                assert r.status == 503
+                assert r.headers["Retry-After"]
+                assert "(limit max_sessions_per_user)" in await r.text()
+            async with s.post(f"{base}/queues/lim.s/create", headers=h, data=b"x") as r:
+                assert r.status == 503  # a send needs the user's request session too
+                assert "max_sessions_per_user" in await r.text()
+            async with s.post(f"{base}/queues/lim.s/create", headers=_basic("other", "o"),
+                              data=b"x") as r:  # fmt: skip
+                assert r.status == 201  # another user's sessions are not counted
+            async with s.delete(made[0], headers=h) as r:
+                assert r.status == 204
+            async with s.post(f"{base}/queues/lim.s/pull-consumers", headers=h) as r:
+                assert r.status == 201, await r.text()
+
+    try:
+        run(go())
+    finally:
+        n.stop()

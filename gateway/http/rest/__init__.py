@@ -14,7 +14,11 @@ each:
   registrations (webhooks), delivery with retries, the durable store;
 - :mod:`.mapping`: HTTP headers <-> message properties, body and Content-Type;
 - :mod:`.names`, :mod:`.xmldoc`: which names are served, safe XML parsing;
-- :mod:`.links`, :mod:`.auth`, :mod:`.errors`: URLs, HTTP Basic -> Principal, status codes.
+- :mod:`.links`, :mod:`.auth`, :mod:`.errors`: URLs, HTTP Basic -> Principal, status codes;
+- :mod:`.sessions`: the session model.  REST reaches the engine only through core sessions
+  (DESIGN §7): one per pull consumer or subscription and one per push registration, acting
+  for the user who made it and closed with it, plus one request session per user for sends,
+  discovery and queue/topic creation.  Every permission and limit is checked there.
 
 Status codes: 200 found / message; 201 created; 204 deleted; 307 to a duplicate-safe create
 URL; 400 bad parameter, selector or XML (the text says which); 401 credentials (with
@@ -22,7 +26,8 @@ URL; 400 bad parameter, selector or XML (the text says which); 401 credentials (
 409 name taken (or a durable subscription's selector differs); 412 stale consumer link (with the right one); 413 body over
 ``max_body_size``; 503 no message yet (``Retry-After``), address full (FAIL policy), too
 many consumers (``max_consumers``, or ``max_consumers_per_user`` / ``_per_address``: the
-text names which) or the server stopping; 507 a durable registration or subscription could not
+text names which), a core limit (``max_sessions_per_user``, ``max_auto_created`` ...: the
+text ends ``(limit <name>)``) or the server stopping; 507 a durable registration or subscription could not
 be stored.
 """
 
@@ -43,9 +48,7 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     svc = RestService(ctx.engine, cfg, ctx.data_dir)
     store = SubscriptionStore(ctx.data_dir / DIRECTORY if ctx.data_dir else None)
     owners = Owners(cfg.max_consumers_per_user, cfg.max_consumers_per_address)
-    registry = Registry(
-        ctx.engine, cfg.session_timeout_task_interval.total_seconds(), store, owners
-    )
+    registry = Registry(cfg.session_timeout_task_interval.total_seconds(), store, owners)
     manager = pushes.PushManager(svc)
     app[SERVICE] = svc
     app[consumers.REGISTRY] = registry
@@ -67,6 +70,7 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     async def cleanup(_: web.Application) -> None:
         await manager.stop()
         await registry.stop()
+        svc.close()
 
     app.on_startup.append(start)
     app.on_shutdown.append(shutdown)

@@ -18,6 +18,7 @@ from aiohttp import hdrs, web
 from waystation.core.authentication import authenticator
 from waystation.core.engine import Engine
 from waystation.core.security import AuthenticationError, NotAuthorized, Permission, Principal
+from waystation.core.session import Session
 from waystation.gateway.http.rest.errors import fail, unauthorized
 
 
@@ -28,7 +29,7 @@ def _credentials(request: web.Request, engine: Engine) -> tuple[str | None, str 
     try:
         return decode_basic(header)
     except ValueError as e:
-        if engine.security.enabled:
+        if engine.secured:
             raise unauthorized(f"unusable Authorization header: {e}") from None
         return None, None
 
@@ -74,24 +75,21 @@ def decode_basic(header: str) -> tuple[str, str]:
     return login, password
 
 
-def check(engine: Engine, who: Principal, permission: Permission, address: str) -> None:
+def check(session: Session, permission: Permission, address: str) -> None:
+    """403 unless the session's user holds ``permission`` on ``address``."""
     try:
-        engine.security.check(who, permission, address)
+        session.check(permission, address)
     except NotAuthorized as e:
         raise fail(web.HTTPForbidden, f"not authorized: {e}") from None
 
 
-def check_any(
-    engine: Engine, who: Principal, permissions: tuple[Permission, ...], address: str
-) -> None:
-    """403 unless ``who`` holds at least one of ``permissions`` on ``address``."""
-    security = engine.security
-    if any(security.allowed(who, p, address) for p in permissions):
+def check_any(session: Session, permissions: tuple[Permission, ...], address: str) -> None:
+    """403 unless the session's user holds at least one of ``permissions`` on ``address``."""
+    if any(session.allowed(p, address) for p in permissions):
         return
     names = " or ".join(p.value.replace("_", " ") for p in permissions)
-    raise fail(
-        web.HTTPForbidden, f"not authorized: user {who.name!r} may not {names} on {address!r}"
-    )
+    who = session.principal.name
+    raise fail(web.HTTPForbidden, f"not authorized: user {who!r} may not {names} on {address!r}")
 
 
 __all__ = ["check", "check_any", "decode_basic", "principal", "source_of", "who"]

@@ -32,8 +32,9 @@ from aiohttp.http_exceptions import HttpProcessingError
 from waystation.core.filter import compile_filter
 from waystation.core.queue import ANYCAST, MULTICAST
 from waystation.core.security import Permission, Principal
+from waystation.core.session import Session, Source
 from waystation.gateway.admission import REFUSAL_DELAY
-from waystation.gateway.http.rest import auth
+from waystation.gateway.http.rest import auth, sessions
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import QUEUES, TOPICS, Links, Paths, kind_of
 from waystation.gateway.http.rest.mapping import parse_bool, parse_int
@@ -97,54 +98,55 @@ def _open(
             f"too many REST consumers (max_consumers = {svc.cfg.max_consumers})",
             {"Retry-After": "5"},
         )
-    user = who.name if engine.security.enabled else ""
+    user = who.name if engine.secured else ""
     why = reg.owners.refusal(user, host, "REST consumers")
     if why is not None:
         raise fail(web.HTTPServiceUnavailable, why, {"Retry-After": "5"})
-    security = engine.security
-    name = paths.name
-    auth.check(engine, who, Permission.CONSUME, name)
-    if security.enabled:
-        if paths.kind == QUEUES and engine.queue(name) is None:
-            auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, name)
-        elif paths.kind == TOPICS and durable_name is None:
-            auth.check(engine, who, Permission.CREATE_NON_DURABLE_QUEUE, name)
-        elif durable_name is not None and engine.queue(durable_name) is None:
-            auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, name)
     idle = svc.cfg.consumer_session_timeout.total_seconds() if timeout is None else timeout
     c = PullConsumer(
         cid,
         paths.kind,
-        name,
+        paths.name,
         auto_ack,
         timeout=idle,
         durable_name=durable_name,
         delete_when_idle=delete_when_idle,
     )
     c.owner = (user, host)
-    sub = engine.subscribe(
-        name,
-        c,
-        routing=ANYCAST if paths.kind == QUEUES else MULTICAST,
+    source = Source(
+        paths.name,
+        ANYCAST if paths.kind == QUEUES else MULTICAST,
         selector=selector,
         durable_name=durable_name,
-        window=1,
-        owner=c,
-        name=f"rest-{cid}",
     )
-    c.attach(sub)
+    session = sessions.open_session(engine, who, host)  # the consumer's own (see .sessions)
+    try:  # every permission (consume, create the queue or subscription) is checked here
+        consumer = session.subscribe(source, c, window=1, name=f"rest-{cid}")
+    except BaseException:
+        session.close()
+        raise
+    c.attach(session, consumer)
     reg.add(c)
     return c
 
 
 def durable_queue_of(svc: RestService, topic: str, qname: str) -> bool:
-    q = svc.engine.queue(qname)
+    q = svc.node.lookup_queue(qname)
     return q is not None and q.durable and q.routing == MULTICAST and q.address == topic
 
 
 def _ours(svc: RestService, reg: Registry, topic: str, qname: str) -> bool:
     """A durable pull subscription REST made on ``topic`` (and only then may attach)."""
     return reg.subscriptions.owns(qname, topic) and durable_queue_of(svc, topic, qname)
+
+
+def checker(svc: RestService, who: Principal, host: str, c: PullConsumer | None) -> Session:
+    """The session that checks ``who``'s request on ``c``: the consumer's own when ``who``
+    made it (a user at ``max_sessions_per_user`` can still use and delete what they hold),
+    else ``who``'s request session."""
+    if c is not None and c.session is not None and c.session.principal == who:
+        return c.session
+    return svc.session(who, host)
 
 
 async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsumer, Paths, bool]:
@@ -156,16 +158,15 @@ async def lookup(request: web.Request, auto_ack: bool | None) -> tuple[PullConsu
     cid = request.match_info["cid"]
     if auto_ack is None:
         auto_ack = request.match_info["mode"] == "auto-ack"
-    auth.check(svc.engine, who, Permission.CONSUME, paths.name)
     c = reg.get(cid)
+    auth.check(checker(svc, who, auth.source_of(request), c), Permission.CONSUME, paths.name)
     if c is not None and c.kind == paths.kind and c.destination == paths.name:
         if c.auto_ack == auto_ack:
             return c, paths, False
     elif c is None and paths.kind == TOPICS and _ours(svc, reg, paths.name, cid):
-        q = svc.engine.queue(cid)
+        q = svc.node.lookup_queue(cid)
         assert q is not None
-        selector = q.filter.text if q.filter is not None else None
-        c = _open(svc, reg, who, paths, cid, auto_ack, selector=selector, durable_name=cid,
+        c = _open(svc, reg, who, paths, cid, auto_ack, selector=q.selector, durable_name=cid,
                   host=auth.source_of(request))  # fmt: skip
         return c, paths, True
     links = svc.links(request)
@@ -199,7 +200,7 @@ async def create(request: web.Request) -> web.StreamResponse:
         idle_ms = parse_int("idle-timeout", p.get("idle-timeout"), 1)
         timeout = idle_ms / 1000 if idle_ms is not None else None
         delete_when_idle = parse_bool("delete-when-idle", p.get("delete-when-idle"), False)
-    user = who.name if svc.engine.security.enabled else ""
+    user = who.name if svc.engine.secured else ""
     if reg.owners.refusal(user, auth.source_of(request), "") is not None:
         await asyncio.sleep(REFUSAL_DELAY)  # held a moment: a flooding loop is slowed
     status = 201
@@ -233,13 +234,13 @@ async def _durable(
 ) -> tuple[int, PullConsumer]:
     """Create, re-create or find the durable subscription ``name`` -> (status, consumer)."""
     live = reg.get(name)
-    q = svc.engine.queue(name)
+    q = svc.node.lookup_queue(name)
     if (live is not None and (live.destination != paths.name or live.durable_name != name)) or (
         q is not None and not _ours(svc, reg, paths.name, name)
     ):
         raise fail(web.HTTPConflict, f"name {name!r} is taken by another queue or subscription")
     if q is not None:
-        kept = q.filter.text if q.filter is not None else None
+        kept = q.selector
         if selector is None:
             selector = kept  # re-created by name: the same subscription, not a new one
         else:
@@ -251,7 +252,7 @@ async def _durable(
                     "DELETE it first to change its selector (its messages go with it)",
                 )
     if live is not None:
-        auth.check(svc.engine, who, Permission.CONSUME, paths.name)
+        auth.check(checker(svc, who, host, live), Permission.CONSUME, paths.name)
         live.touch()
         return 200, live
     c = _open(svc, reg, who, paths, name, auto_ack, selector=selector, durable_name=name,
@@ -278,9 +279,10 @@ async def describe(request: web.Request) -> web.StreamResponse:
 async def delete(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     c, paths, _ = await lookup(request, None)
-    if c.durable_name is not None and svc.engine.security.enabled:
+    if c.durable_name is not None:  # checked for the requester; the owner's session deletes
         who = await auth.who(request, svc.engine)
-        auth.check(svc.engine, who, Permission.DELETE_DURABLE_QUEUE, paths.name)
+        session = checker(svc, who, auth.source_of(request), c)
+        auth.check(session, Permission.DELETE_DURABLE_QUEUE, paths.name)
     request.app[REGISTRY].remove(c, delete_durable=c.durable_name is not None)
     return web.Response(status=204)
 

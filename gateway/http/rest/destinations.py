@@ -35,9 +35,9 @@ from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xm
 async def head_destination(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     paths = svc.destination(request)
-    who = await auth.who(request, svc.engine)
+    session = await svc.session_of(request)
     perms = (Permission.SEND, Permission.CONSUME, Permission.BROWSE)
-    auth.check_any(svc.engine, who, perms, paths.name)
+    auth.check_any(session, perms, paths.name)
     links = destination_links(svc.links(request), paths)
     headers = links.headers()
     if request.method == "HEAD":
@@ -53,44 +53,41 @@ async def head_destination(request: web.Request) -> web.StreamResponse:
 @guarded
 async def create_queue(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
-    engine = svc.engine
-    who = await auth.who(request, engine)
+    session = await svc.session_of(request)
     root = parse_xml(await read_body(request, MAX_XML), "queue")
     name = _name(root, "queue")
     durable = xml_bool(root, "durable", True)
     selector = xml_text(root, "selector")
     perm = Permission.CREATE_DURABLE_QUEUE if durable else Permission.CREATE_NON_DURABLE_QUEUE
-    auth.check(engine, who, perm, name)
+    auth.check(session, perm, name)
     location = svc.links(request).url(Paths(QUEUES, name).root)
-    q = engine.queue(name)
+    q = session.lookup_queue(name)
     if q is not None and q.routing == MULTICAST:
         raise fail(web.HTTPConflict, f"{name!r} is a subscription of topic {q.address!r}")
     if q is not None:
         return web.Response(status=200, headers={"Location": location})
-    info = engine.post.addresses.get(name)
-    if info is not None and info.routing == MULTICAST:
+    if session.lookup_address(name) == MULTICAST:
         raise fail(web.HTTPConflict, f"{name!r} is already a topic")
-    engine.create_queue(name, name, routing=ANYCAST, durable=durable, filter=selector)
+    session.create_queue(name, durable=durable, selector=selector)
     if durable:
-        await engine.flush()
+        await session.flush()
     return web.Response(status=201, headers={"Location": location})
 
 
 @guarded
 async def create_topic(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
-    engine = svc.engine
-    who = await auth.who(request, engine)
+    session = await svc.session_of(request)
     root = parse_xml(await read_body(request, MAX_XML), "topic")
     name = _name(root, "topic")
-    auth.check(engine, who, Permission.CREATE_NON_DURABLE_QUEUE, name)
+    auth.check(session, Permission.CREATE_NON_DURABLE_QUEUE, name)
     location = svc.links(request).url(Paths(TOPICS, name).root)
-    info = engine.post.addresses.get(name)
-    if (info is not None and info.routing == ANYCAST) or engine.queue(name) is not None:
+    routing = session.lookup_address(name)
+    if routing == ANYCAST or session.lookup_queue(name) is not None:
         raise fail(web.HTTPConflict, f"{name!r} is already a queue")
-    if info is not None:
+    if routing is not None:
         return web.Response(status=200, headers={"Location": location})
-    engine.post.ensure_address(name, MULTICAST)
+    session.declare_address(name)
     return web.Response(status=201, headers={"Location": location})
 
 

@@ -15,8 +15,10 @@ from aiohttp import web
 
 from waystation.core.consumer import ConsumerError
 from waystation.core.filter import FilterError
+from waystation.core.limits import LimitExceeded
 from waystation.core.postoffice import AddressFull, QueueExists, RoutingError
 from waystation.core.security import AuthenticationError, NotAuthorized
+from waystation.core.session import SessionError
 
 log = logging.getLogger("waystation.rest")
 
@@ -59,6 +61,10 @@ def guarded(handler: Handler) -> Handler:
                 web.HTTPServiceUnavailable, f"address full: {e}", {"Retry-After": "1"}
             ) from None
         except QueueExists as e:
+            raise fail(web.HTTPConflict, str(e)) from None
+        except LimitExceeded as e:  # the text names the limit
+            raise fail(web.HTTPServiceUnavailable, str(e), {"Retry-After": "5"}) from None
+        except SessionError as e:
             raise fail(web.HTTPConflict, str(e)) from None
         except ConsumerError as e:
             raise fail(web.HTTPConflict, f"consumer refused: {e}") from None

@@ -111,12 +111,22 @@ _RESERVED = frozenset(
         DELIVERY_COUNT,
     )
 )
+# standard fields as response headers, named as in STOMP (the trace id is added after them)
+_FIELD_HEADERS = (
+    ("amqp-message-id", "message_id"),
+    ("correlation-id", "correlation_id"),
+    ("reply-to", "reply_to"),
+    ("user-id", "user_id"),
+    ("subject", "subject"),
+    ("JMSXGroupID", "group_id"),
+    ("JMSXGroupSeq", "group_sequence"),
+)
 TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 
 def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, PropertyValue]:
     """Message properties for the headers of a POST (see the module doc)."""
-    props: dict[str, str] = {}
+    props: dict[str, PropertyValue] = {}
     for name, value in headers:
         low = name.lower()
         if low in _NOT_COPIED or low.startswith("sec-"):
@@ -133,7 +143,7 @@ def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, Pro
         props[key] = value if old is None else f"{old}, {value}"
         if low == CONTENT_TYPE:
             props[CONTENT_TYPE] = props[key]
-    return dict(props)
+    return props
 
 
 def fields_from_properties(msg: Message) -> None:
@@ -177,21 +187,15 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
         text = property_text(v)
         if clean_value(text):
             headers[name] = text
-    fields: list[tuple[str, PropertyValue]] = [
-        ("amqp-message-id", msg.message_id),
-        ("correlation-id", msg.correlation_id),
-        ("reply-to", msg.reply_to),
-        ("user-id", msg.user_id),
-        ("subject", msg.subject),
-        ("JMSXGroupID", msg.group_id),
-        ("JMSXGroupSeq", msg.group_sequence),
-        ("ws-trace-id", msg.trace_id),
-    ]
-    for name, value in fields:
-        if value is not None:
-            text = property_text(value)
-            if clean_value(text):
-                headers[name] = text
+    if msg.has_fields():  # one test skips them all for a message that has none
+        for name, field in _FIELD_HEADERS:
+            value = getattr(msg, field)
+            if value is not None:
+                text = property_text(value)
+                if clean_value(text):
+                    headers[name] = text
+    if msg.trace_id is not None and clean_value(msg.trace_id):
+        headers["ws-trace-id"] = msg.trace_id
     return headers
 
 

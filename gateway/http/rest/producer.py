@@ -26,8 +26,6 @@ from aiohttp import web
 from waystation.core.message import DEFAULT_PRIORITY, DUPLICATE_ID, now_ms
 from waystation.core.postoffice import InvalidMessage
 from waystation.core.queue import ANYCAST, MULTICAST
-from waystation.core.security import Permission
-from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import QUEUES
 from waystation.gateway.http.rest.mapping import (
@@ -56,10 +54,8 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     paths = svc.destination(request)
     address = paths.name
     routing = ANYCAST if paths.kind == QUEUES else MULTICAST
-    who = auth.principal(request, engine)
-    auth.check(engine, who, Permission.SEND, address)
-    if routing == ANYCAST and engine.security.enabled and engine.queue(address) is None:
-        auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, address)
+    session = await svc.session_of(request)
+    session.check_send(address, routing)  # send, and create for a queue not there yet
     dup_id = request.match_info.get("id")
     links = svc.links(request)
     if dup_id is None and not cfg.dups_ok:
@@ -89,10 +85,10 @@ async def post_message(request: web.Request) -> web.StreamResponse:
         expiration=expiration,
     )
     fields_from_properties(msg)  # Content-Type: the content_type field
-    while (gate := engine.blocked(address)) is not None:
+    while (gate := session.blocked(address)) is not None:
         await gate  # BLOCK: hold the answer until the address has room
     try:
-        fut = engine.send(msg, routing=routing)
+        fut = session.send(msg, routing=routing)
     except InvalidMessage as e:  # nothing was routed and the duplicate id is not taken
         raise fail(web.HTTPBadRequest, f"message refused: {e}") from None
     if durable:
@@ -100,7 +96,7 @@ async def post_message(request: web.Request) -> web.StreamResponse:
             if fut is not None:
                 await fut
             elif dup_id is not None:
-                await engine.flush()  # a repeat: the first copy may still be on its way
+                await session.flush()  # a repeat: the first copy may still be on its way
         except Exception as e:
             raise fail(
                 web.HTTPServiceUnavailable, f"store failure, message not persisted: {e}"

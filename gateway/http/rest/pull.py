@@ -26,8 +26,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from waystation.core.consumer import Consumer, Delivery
-from waystation.core.engine import Engine, Subscription
 from waystation.core.message import Message
+from waystation.core.session import Outcome, Session
 from waystation.gateway.http.rest.substore import SubscriptionStore
 
 log = logging.getLogger("waystation.rest")
@@ -61,7 +61,8 @@ class PullConsumer:
         self.durable_name = durable_name
         self.delete_when_idle = delete_when_idle
         self.owner: tuple[str, str] = ("", "")  # (user, source host) counted in Owners
-        self.sub: Subscription | None = None
+        self.session: Session | None = None  # its own core session (see .sessions)
+        self._consumer: Consumer | None = None
         self.lock = asyncio.Lock()
         self.closed = False
         self.stopping = False
@@ -76,12 +77,18 @@ class PullConsumer:
 
     @property
     def consumer(self) -> Consumer:
-        assert self.sub is not None
-        return self.sub.consumer
+        assert self._consumer is not None
+        return self._consumer
 
-    def attach(self, sub: Subscription) -> None:
-        self.sub = sub
-        sub.consumer.pause()  # before the dispatch add_consumer scheduled runs
+    def attach(self, session: Session, consumer: Consumer) -> None:
+        self.session = session
+        self._consumer = consumer
+        consumer.pause()  # before the dispatch add_consumer scheduled runs
+
+    def settle(self, d: Delivery, outcome: Outcome) -> None:
+        """Settle ``d`` through the consumer's session (the consumer stays paused)."""
+        assert self.session is not None
+        self.session.settle(d.consumer, d.tag, outcome)
 
     # -- DeliveryHandler ----------------------------------------------------------------
     def deliver(self, delivery: Delivery) -> None:
@@ -134,21 +141,26 @@ class PullConsumer:
     def idle_for(self, now: float) -> float:
         return 0.0 if self.busy else now - self.last_used
 
-    def close(self, engine: Engine, *, delete_durable: bool = False) -> None:
-        """Detach: an unacknowledged message goes back to its queue."""
-        if self.closed and self.sub is None:
+    def close(self, *, delete_durable: bool = False) -> None:
+        """Detach and close the session: an unacknowledged message goes back to its queue;
+        ``delete_durable`` also deletes a durable subscription (checked for its owner)."""
+        if self.closed and self.session is None:
             return
         self.closed = True
         self._wake()
-        sub, self.sub = self.sub, None
+        session, self.session = self.session, None
+        consumer, self._consumer = self._consumer, None
         self.pending = None
         self._buffer.clear()
-        if sub is None:
+        if session is None:
             return
         try:
-            engine.unsubscribe(sub, delete_durable=delete_durable)
-        except Exception:  # the queue may be gone already
+            if consumer is not None:
+                session.unsubscribe(consumer, delete_durable=delete_durable)
+        except Exception:  # the queue may be gone already, or the owner may not delete it
             log.exception("closing REST consumer %s", self.id)
+        finally:
+            session.close()
 
 
 def _resolve_none(fut: asyncio.Future[Delivery | None]) -> None:
@@ -199,12 +211,10 @@ class Registry:
 
     def __init__(
         self,
-        engine: Engine,
         interval: float,
         subscriptions: SubscriptionStore,
         owners: Owners | None = None,
     ) -> None:
-        self.engine = engine
         self.interval = interval
         self.subscriptions = subscriptions
         self.owners = owners or Owners(1 << 62, 1 << 62)
@@ -230,7 +240,7 @@ class Registry:
         if self.consumers.get(c.id) is c:
             del self.consumers[c.id]
             self.owners.give_back(c.owner)
-        c.close(self.engine, delete_durable=delete_durable)
+        c.close(delete_durable=delete_durable)
         if delete_durable and c.durable_name is not None:
             self.subscriptions.discard(c.durable_name)
 

@@ -26,7 +26,9 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import web
+
 from waystation.core.consumer import Delivery
+from waystation.core.session import Outcome
 from waystation.gateway.http.rest.consumers import lookup, next_links, params
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import Paths
@@ -135,7 +137,7 @@ async def consume_next(request: web.Request) -> web.StreamResponse:
         if n == c.next_index:
             d = await turn.take(deadline)
             snap = Snapshot(d.message, d.delivery_count)
-            c.consumer.ack(d.tag)
+            c.settle(d, Outcome.ACCEPTED)
             c.cached = (n, snap)
             c.next_index = n + 1
             return turn.message(snap)
@@ -176,14 +178,13 @@ async def acknowledgement(request: web.Request) -> web.StreamResponse:
         if c.pending is not None and c.pending[0] == n:
             _, d = c.pending
             c.pending = None
-            if ack:
-                c.consumer.ack(d.tag)
-            else:
-                c.consumer.nack(d.tag)
+            session = c.session
+            # false: a failed delivery (counted; redelivered after the delay or dead-lettered)
+            c.settle(d, Outcome.ACCEPTED if ack else Outcome.MODIFIED)
             c.last_ack = (n, ack)
             c.next_index = n + 1
-            if ack and d.message.durable and c.consumer.queue.durable:
-                await turn.svc.engine.flush()
+            if ack and d.message.durable and session is not None:
+                await session.flush()  # answered once the acknowledgement is on disk
         elif c.last_ack is None or c.last_ack[0] != n:
             raise turn.stale(f"acknowledgement/{n} is stale")
         return web.Response(status=200, headers=turn.links())

@@ -40,7 +40,7 @@ from collections.abc import Callable
 import aiohttp
 
 from waystation.core.consumer import Consumer, Delivery
-from waystation.core.engine import Engine, Subscription
+from waystation.core.engine import Engine
 from waystation.core.queue import ANYCAST, MULTICAST
 from waystation.core.reasons import (
     INVALID_REMOTE_DESTINATION,
@@ -49,6 +49,9 @@ from waystation.core.reasons import (
     REMOTE_AUTHORIZATION,
     REMOTE_REJECTED,
 )
+from waystation.core.security import Principal
+from waystation.core.session import Outcome, Session, Source
+from waystation.gateway.http.rest import sessions
 from waystation.gateway.http.rest.links import QUEUES
 from waystation.gateway.http.rest.mapping import DEFAULT_TYPE, message_headers
 from waystation.gateway.http.rest.pushguard import PushGuard, TargetRefused, refused_in
@@ -89,14 +92,19 @@ class Pusher:
         timeout: float,
         on_disabled: Callable[[Registration], None],
         guard: PushGuard | None = None,
+        principal: Principal | None = None,
+        remote: str = "push",
     ) -> None:
         self.reg = reg
+        self.principal = principal  # whom it acts for (see .sessions); None: not startable
+        self.remote = remote
         self.guard = guard or PushGuard([])
         self.engine = engine
         self._session = session
         self.timeout = aiohttp.ClientTimeout(total=timeout)
         self._on_disabled = on_disabled
-        self.sub: Subscription | None = None
+        self.session: Session | None = None  # open from start to stop
+        self.consumer: Consumer | None = None
         self.failures = 0  # transient failures since the last success (0: healthy)
         self._pending: collections.deque[Delivery] = collections.deque()
         self._ready = asyncio.Event()
@@ -105,43 +113,64 @@ class Pusher:
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
-        """Subscribe (raises on a bad selector or a refused queue) and start pushing."""
+        """Open its session and subscribe (raises on a bad selector, a refused queue or a
+        missing permission of the registering user) and start pushing."""
         reg = self.reg
-        if not reg.enabled or self.sub is not None:
+        if not reg.enabled or self.consumer is not None:
             return
+        if self.principal is None:
+            raise PermissionError(f"push registration {reg.id}: its user no longer exists")
         if reg.kind == QUEUES:
-            self.sub = self.engine.subscribe(
-                reg.destination, self, routing=ANYCAST, selector=reg.selector, window=1,
-                name=f"push-{reg.id}",
-            )  # fmt: skip
+            source = Source(reg.destination, ANYCAST, selector=reg.selector)
         else:
             assert reg.topic is not None
-            self.sub = self.engine.subscribe(
-                reg.topic, self, routing=MULTICAST, selector=reg.selector, window=1,
-                durable_name=reg.destination if reg.durable else None, owner=self,
-                name=f"push-{reg.id}",
-            )  # fmt: skip
+            source = Source(
+                reg.topic,
+                MULTICAST,
+                selector=reg.selector,
+                durable_name=reg.destination if reg.durable else None,
+                owned=False,  # reachable by name, as push subscriptions always were
+            )
+        if self.session is None or self.session.closed:
+            self.session = sessions.open_session(self.engine, self.principal, self.remote)
+        try:
+            self.consumer = self.session.subscribe(source, self, window=1, name=f"push-{reg.id}")
+        except BaseException:
+            self.session.close()
+            self.session = None
+            raise
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self, *, delete_subscription: bool = False) -> None:
+        """Stop pushing and close the session; ``delete_subscription`` also drops a topic
+        registration's subscription queue (the user needs delete_durable_queue for a durable
+        one)."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._pending.clear()
-        sub, self.sub = self.sub, None
-        if sub is not None:
-            try:
-                self.engine.unsubscribe(sub, delete_durable=delete_subscription)
-            except Exception:
-                log.exception("push registration %s: unsubscribing", self.reg.id)
-        elif (
-            delete_subscription
-            and self.reg.topic is not None
-            and self.reg.destination in self.engine.post.queues
-        ):
-            self.engine.delete_queue(self.reg.destination)
+        consumer, self.consumer = self.consumer, None
+        session, self.session = self.session, None
+        try:
+            if consumer is not None and session is not None:
+                session.unsubscribe(consumer, delete_durable=delete_subscription)
+            elif delete_subscription and self.reg.topic is not None and self.principal:
+                session = session or sessions.open_session(self.engine, self.principal, self.remote)
+                session.delete_subscription(self.reg.destination)
+        except Exception:
+            log.exception("push registration %s: unsubscribing", self.reg.id)
+        finally:
+            if session is not None:
+                session.close()
+
+    def _settle(self, d: Delivery, outcome: Outcome, reason: str = "", detail: str = "") -> None:
+        assert self.session is not None
+        if reason:
+            self.session.settle(d.consumer, d.tag, outcome, reason=reason, detail=detail)
+        else:
+            self.session.settle(d.consumer, d.tag, outcome)
 
     # -- DeliveryHandler ----------------------------------------------------------------
     def deliver(self, delivery: Delivery) -> None:
@@ -150,7 +179,7 @@ class Pusher:
 
     def consumer_closed(self, consumer: Consumer, reason: str) -> None:
         log.warning("push registration %s stopped and disabled: %s", self.reg.id, reason)
-        self.sub = None
+        self.consumer = None
         if self._task is not None:
             self._task.cancel()
             self._task = None
@@ -165,7 +194,7 @@ class Pusher:
                 self._ready.clear()
                 await self._ready.wait()
             d = self._pending.popleft()
-            if self.sub is None or d.consumer.closed or not d.consumer.is_in_flight(d.tag):
+            if self.consumer is None or d.consumer.closed or not d.consumer.is_in_flight(d.tag):
                 continue
             try:
                 if not await self._push(d):
@@ -174,8 +203,8 @@ class Pusher:
                 raise
             except Exception:  # a bug: give the message back rather than lose it
                 log.exception("push registration %s: delivery failed", self.reg.id)
-                if d.consumer.is_in_flight(d.tag):
-                    d.consumer.nack(d.tag)
+                if d.consumer.is_in_flight(d.tag) and self.session is not None:
+                    self._settle(d, Outcome.MODIFIED)
 
     async def _push(self, d: Delivery) -> bool:
         """Deliver one message; False when the registration got disabled."""
@@ -201,21 +230,19 @@ class Pusher:
                         reason,
                         e,
                     )
-                    self.engine.dead_letter_delivery(d.consumer, d.tag, reason, str(e))
-                    d.consumer.queue.dispatch()
+                    self._settle(d, Outcome.REJECTED, reason, str(e))  # dead-lettered
                     return True
                 self._recovered()
-                d.consumer.ack(d.tag)
-                d.consumer.queue.dispatch()
+                self._settle(d, Outcome.ACCEPTED)
                 return True
             if reg.disable_on_failure:
                 log.warning(
                     "push %s: %d attempts failed; registration disabled", reg.id, reg.max_retries
                 )
                 reg.enabled = False
-                sub, self.sub = self.sub, None
-                if sub is not None:
-                    self.engine.unsubscribe(sub)  # the message goes back to the queue
+                consumer, self.consumer = self.consumer, None
+                if consumer is not None and self.session is not None:
+                    self.session.unsubscribe(consumer)  # the message goes back to the queue
                 self._on_disabled(reg)
                 return False
             pause = min(pause * 2, MAX_ROUND_PAUSE)

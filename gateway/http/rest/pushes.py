@@ -23,6 +23,11 @@ push_store_dir`` and come back at start; a file that cannot be used is logged an
 topic registration's subscription is then a durable subscription named by ``<destination>``,
 so messages published while the node was down are pushed after.  Without persistence, durable
 registrations live in memory only.
+
+Each registration has its own core session acting for the user who registered it (recorded
+in its file as ``owner``, so a restored one acts for the same user with that user's current
+roles; see :mod:`.sessions`): what it may consume, and the subscription it makes, are checked
+there.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ import aiohttp
 from aiohttp import web
 
 from waystation.core.filter import compile_filter
-from waystation.core.security import Permission, Principal
+from waystation.core.security import SYSTEM, Permission, Principal
+from waystation.core.session import Session
 from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import TOPICS, Paths, kind_of
@@ -73,7 +79,8 @@ class PushManager:
         if owner is not None:
             self.owners.give_back(owner)
 
-    def pusher(self, reg: Registration) -> Pusher:
+    def pusher(self, reg: Registration, who: Principal | None, remote: str = "push") -> Pusher:
+        """A pusher acting for ``who`` (None: its user is gone, it cannot start)."""
         return Pusher(
             reg,
             self.svc.engine,
@@ -81,7 +88,16 @@ class PushManager:
             self.svc.cfg.push_timeout.total_seconds(),
             self.store.save_later,  # disabled: saved with enabled=false
             self.guard,
+            who,
+            remote,
         )
+
+    def owner_of_file(self, reg: Registration) -> Principal | None:
+        """Whom a registration read from disk acts for (see :mod:`.sessions`): its recorded
+        user with their current roles; SYSTEM for a file from before users were recorded."""
+        if reg.owner is None:
+            return SYSTEM
+        return self.svc.engine.principal_named(reg.owner)
 
     async def retire(self, old: Pusher, new: Registration) -> None:
         """Stop ``old`` for ``new`` (the same id): a durable topic subscription stays for it
@@ -96,7 +112,7 @@ class PushManager:
             if isinstance(got, Exception):
                 log.error("push store: %s skipped: %s", path, problem(got))
                 continue
-            p = self.pusher(got)
+            p = self.pusher(got, self.owner_of_file(got))
             try:
                 p.start()
             except Exception as e:
@@ -125,7 +141,8 @@ async def register(request: web.Request) -> web.StreamResponse:
     engine = svc.engine
     paths = svc.destination(request)
     who = await auth.who(request, engine)
-    auth.check(engine, who, Permission.CONSUME, paths.name)
+    session = svc.session(who, auth.source_of(request))
+    auth.check(session, Permission.CONSUME, paths.name)
     root = parse_xml(await read_body(request, MAX_XML), "push registration")
     old = mgr.pushers.get((root.get("id") or "").strip())
     if old is not None and (old.reg.kind != paths.kind or old.reg.address != paths.name):
@@ -136,15 +153,16 @@ async def register(request: web.Request) -> web.StreamResponse:
     except RegistrationError as e:
         raise fail(web.HTTPBadRequest, f"invalid push registration: {e}") from None
     reg.enabled = True
+    reg.owner = who.name
     if old is not None and reg.password == MASKED and reg.username == old.reg.username:
         reg.password = old.reg.password
-    _check_rights(svc, who, paths, reg)
+    _check_rights(session, paths, reg)
     if old is None and len(mgr.pushers) >= svc.cfg.max_consumers:
         raise fail(
             web.HTTPServiceUnavailable,
             f"too many push registrations (max_consumers = {svc.cfg.max_consumers})",
         )
-    owner = (who.name if engine.security.enabled else "", auth.source_of(request))
+    owner = (who.name if engine.secured else "", auth.source_of(request))
     if old is None:
         why = mgr.owners.refusal(*owner, "push registrations")
         if why is not None:
@@ -162,7 +180,7 @@ async def register(request: web.Request) -> web.StreamResponse:
         ) from None
     if old is not None:
         await mgr.retire(old, reg)
-    p = mgr.pusher(reg)
+    p = mgr.pusher(reg, who, auth.source_of(request))
     try:
         p.start()
     except Exception:
@@ -181,16 +199,14 @@ async def register(request: web.Request) -> web.StreamResponse:
     return web.Response(status=200 if old else 201, headers={"Location": location})
 
 
-def _check_rights(svc: RestService, who: Principal, paths: Paths, reg: Registration) -> None:
-    engine = svc.engine
-    if not engine.security.enabled:
-        return
+def _check_rights(session: Session, paths: Paths, reg: Registration) -> None:
+    """403 before anything is stored; the pusher's own session checks again as it starts."""
     if paths.kind == TOPICS:
         durable = Permission.CREATE_DURABLE_QUEUE
-        auth.check(engine, who, durable if reg.durable else Permission.CREATE_NON_DURABLE_QUEUE,
+        auth.check(session, durable if reg.durable else Permission.CREATE_NON_DURABLE_QUEUE,
                    paths.name)  # fmt: skip
-    elif engine.queue(paths.name) is None:
-        auth.check(engine, who, Permission.CREATE_DURABLE_QUEUE, paths.name)
+    elif session.lookup_queue(paths.name) is None:
+        auth.check(session, Permission.CREATE_DURABLE_QUEUE, paths.name)
 
 
 async def _find(request: web.Request) -> Pusher:
@@ -199,8 +215,10 @@ async def _find(request: web.Request) -> Pusher:
     who = await auth.who(request, svc.engine)
     kind = kind_of(request)
     name = request.match_info["name"]
-    auth.check(svc.engine, who, Permission.CONSUME, name)
     p = mgr.pushers.get(request.match_info["rid"])
+    own = p.session if p is not None else None  # the registering user's: usable at the limit
+    session = own if own is not None and own.principal == who else None
+    auth.check(session or svc.session(who, auth.source_of(request)), Permission.CONSUME, name)
     if p is None or p.reg.kind != kind or p.reg.address != name:
         raise fail(
             web.HTTPNotFound, f"no push registration {request.match_info['rid']!r} on {name!r}"

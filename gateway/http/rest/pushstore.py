@@ -1,7 +1,9 @@
 """Durable push registrations on disk: one XML file ``{id}.xml`` each.
 
 The file is the registration document with ``id``, ``destination`` and ``topic`` filled in
-(see :mod:`.registration`), so hand-written files load the same way.  Writes of one
+(see :mod:`.registration`) plus the root's ``owner`` attribute, the user it acts for (a
+file without one, hand-written or older, acts for the node: see :mod:`.sessions`), so
+hand-written files load the same way.  Writes of one
 registration happen in order (a late "disabled" save cannot overwrite a newer document or
 bring back a deleted one), and a save started from a callback (a registration disabling
 itself) is kept and awaited at stop, its failure logged.
@@ -122,7 +124,10 @@ def from_file(data: bytes) -> Registration:
             f"the root element needs an id attribute of letters, digits, '-', '_' or '.', got {rid!r}"
         )
     kind = TOPICS if root.tag == "push-topic-registration" else QUEUES
-    return parse(root, rid=rid, kind=kind, name=None)
+    reg = parse(root, rid=rid, kind=kind, name=None)
+    owner = root.get("owner")
+    reg.owner = owner.strip() if owner and owner.strip() else None
+    return reg
 
 
 def problem(e: Exception) -> str:

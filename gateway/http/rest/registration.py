@@ -64,6 +64,7 @@ class Registration:
     username: str | None = None
     password: str | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
+    owner: str | None = None  # the registering user (never taken from a client's document)
 
     @property
     def address(self) -> str:
@@ -79,6 +80,8 @@ class Registration:
     def to_xml(self, *, with_password: bool = True) -> bytes:
         root_tag = "push-registration" if self.kind == QUEUES else "push-topic-registration"
         root = ET.Element(root_tag, {"id": self.id})
+        if with_password and self.owner is not None:  # the store's form only
+            root.set("owner", self.owner)
 
         def sub(tag: str, text: str) -> None:
             ET.SubElement(root, tag).text = text

@@ -10,7 +10,7 @@ the answer is 404.  A name REST does not serve (see :mod:`.names`) is 400.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,9 +18,13 @@ from aiohttp import web
 
 from waystation.core.engine import Engine
 from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.core.security import SYSTEM, Principal
+from waystation.core.session import Session
+from waystation.gateway.http.rest import auth, sessions
 from waystation.gateway.http.rest.errors import fail
 from waystation.gateway.http.rest.links import QUEUES, Links, Paths, kind_of
 from waystation.gateway.http.rest.names import check_name
+from waystation.gateway.http.rest.sessions import RequestSessions
 
 if TYPE_CHECKING:
     from waystation.config.listeners import RestConfig
@@ -31,6 +35,31 @@ class RestService:
     engine: Engine
     cfg: RestConfig
     data_dir: Path | None
+    requests: RequestSessions = field(init=False)
+    _node: Session | None = None  # the node's own session, for look-ups only
+
+    def __post_init__(self) -> None:
+        self.requests = RequestSessions(self.engine)
+
+    def session(self, who: Principal, remote: str) -> Session:
+        """``who``'s request session (see :mod:`.sessions`); ``remote``: where it came from."""
+        return self.requests.get(who, remote)
+
+    async def session_of(self, request: web.Request) -> Session:
+        """The request session of whoever sent ``request`` (401 on bad credentials)."""
+        return self.session(await auth.who(request, self.engine), auth.source_of(request))
+
+    @property
+    def node(self) -> Session:
+        """A session of the node itself, to look up what exists (never to act for a user)."""
+        if self._node is None or self._node.closed:
+            self._node = sessions.open_session(self.engine, SYSTEM, "node")
+        return self._node
+
+    def close(self) -> None:
+        self.requests.close_all()
+        if self._node is not None:
+            self._node.close()
 
     def links(self, request: web.Request) -> Links:
         return Links(request, self.cfg.use_link_headers)
@@ -46,8 +75,8 @@ class RestService:
         return Paths(kind, name)
 
     def check_queue(self, name: str) -> None:
-        engine = self.engine
-        q = engine.queue(name)
+        node = self.node
+        q = node.lookup_queue(name)
         if q is not None:
             if q.routing == MULTICAST:  # a push registration's, a STOMP durable subscription
                 raise fail(
@@ -55,20 +84,17 @@ class RestService:
                     f"{name!r} is a subscription of topic {q.address!r}, not a queue",
                 )
             return
-        info = engine.post.addresses.get(name)
-        if info is not None and info.routing == MULTICAST:
+        if node.lookup_address(name) == MULTICAST:
             raise fail(web.HTTPNotFound, f"{name!r} is a topic, not a queue: use /topics/{name}")
-        if not engine.settings.resolve(name).auto_create_queues:
+        if not node.may_auto_create(name, ANYCAST):
             raise fail(web.HTTPNotFound, f"queue {name!r} does not exist")
 
     def check_topic(self, name: str) -> None:
-        engine = self.engine
-        info = engine.post.addresses.get(name)
-        if (info is not None and info.routing == ANYCAST) or (
-            info is None and engine.queue(name) is not None
-        ):
+        node = self.node
+        routing = node.lookup_address(name)
+        if routing == ANYCAST or (routing is None and node.lookup_queue(name) is not None):
             raise fail(web.HTTPNotFound, f"{name!r} is a queue, not a topic: use /queues/{name}")
-        if info is None and not engine.settings.resolve(name).auto_create_addresses:
+        if routing is None and not node.may_auto_create(name, MULTICAST):
             raise fail(web.HTTPNotFound, f"topic {name!r} does not exist")
 
 
