@@ -2,23 +2,28 @@
 
 How it keeps the promise:
 
-* The bridge is an ordinary engine consumer of its source queue with a credit window of
-  ``confirmation_window`` messages.  Each delivery becomes a STOMP ``SEND`` with a ``receipt``;
-  the remote answers RECEIPT only once the message is on its disk, and only then is the
-  message acknowledged locally (and leaves the source queue).  Up to the window is in flight
-  at once, so a long, fat link stays full.
+* The bridge is an ordinary consumer of its source queue, through one core session opened
+  with the node's own principal (``SYSTEM``; it shows in the engine's session list), with a
+  window of ``confirmation_window`` unsettled messages.  Each delivery becomes a STOMP
+  ``SEND`` with a ``receipt``; the remote answers RECEIPT only once the message is on its
+  disk, and only then is the message settled as accepted locally (and leaves the source
+  queue).  Up to the window is in flight at once, so a long, fat link stays full.
 * Every SEND carries ``_WS_DUPL_ID = <node>/<bridge>/<message id>``.  Message ids are stored
   with the message, so the id is the same after a restart of either side, and the remote's
   persisted duplicate cache drops any copy it already stored.
 * The consumer stays attached while the link is down: the messages it holds (sent but
   unconfirmed, or not yet sent) stay in delivery order and are sent first, in that order, on
   the next connection.  So a resend never jumps the queue and delivery counts do not grow
-  with every cut.  On stop, on a crash, or when the bridge gives up, they return to the head
-  of the queue, where the next run finds them in the same order.
+  with every cut.  On stop or when the bridge gives up they are released (no delivery
+  attempt counted) to the head of the queue, where the next run finds them in the same order;
+  after a crash they are there too (delivery counts live in memory until a settlement).
 * Reconnecting: the URLs are tried in order on each attempt; after a failed attempt the
   bridge waits ``retry_interval * retry_multiplier ** n`` (capped at ``max_retry_interval``)
   and gives up after ``reconnect_attempts`` failed attempts in a row (-1: never).  A link
   that was lost after doing useful work is redialled at once.
+
+The source may also be a topic subscription queue (``[[topics.subscriptions]]``): the node's
+own session may read one by name, with the bridge's ``filter`` on top.
 
 Undeliverable messages go to the dead-letter address and the bridge goes on with the ones
 behind them:
@@ -68,23 +73,21 @@ from waystation.bridges.spec import BridgeSpec
 from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.consumer import Consumer, ConsumerError, Delivery
 from waystation.core.divert import Transformer, load_transformer
-from waystation.core.message import (
-    Message,
-    now_ms,
-)
+from waystation.core.events import FORWARDED, emit_message
+from waystation.core.message import Message, now_ms
 from waystation.core.queue import ANYCAST
 from waystation.core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
-from waystation.core.settings import AddressSettings
+from waystation.core.security import SYSTEM
+from waystation.core.session import CreditMode, Outcome, Session, Source
 from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
-    from waystation.core.engine import Engine, Subscription
+    from waystation.core.engine import Engine
 
 log = logging.getLogger("waystation.bridge")
 
-# Delivery attempts of a bridge are link failures, not consumer failures: they must never
-# dead-letter a message as "max-deliveries" or delay its resend.
-SOURCE_QUEUE_SETTINGS = AddressSettings(max_delivery_attempts=-1, redelivery_delay_ms=0)
+# the protocol name of a bridge's core session (the admin API's session list)
+SESSION_PROTOCOL = "bridge"
 WRITE_HIGH_WATER = 4 * 1024 * 1024
 
 
@@ -122,11 +125,13 @@ class CoreBridge(Redialing):
         self._options = link_options(spec, client_id=f"bridge.{engine.node_name}.{spec.name}")
         self._entries: dict[int, _Entry] = {}  # by consumer tag, in delivery order
         self._unsent: deque[int] = deque()  # tags to send on the current link, in order
+        self._confirmed: list[int] = []  # tags the remote confirmed, to settle (accepted)
+        self._settle_scheduled = False
         self._careful: set[int] = set()  # suspects of an unattributed ERROR
         self._careful_tag: int | None = None  # the one suspect in flight
         self._link: StompLink | None = None
         self._conn = 0
-        self._sub: Subscription | None = None
+        self._session: Session | None = None
         self._consumer: Consumer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -134,7 +139,6 @@ class CoreBridge(Redialing):
         self._auth_refused = False
         self._progress = False
         self._link_error: str | None = None
-        self._dispatch_scheduled = False
         self._write_paused = False
         self._drain_task: asyncio.Task[None] | None = None  # keeps the task referenced
 
@@ -142,34 +146,35 @@ class CoreBridge(Redialing):
     async def start(self) -> None:
         if not self._has_targets():
             return
-        spec = self.spec
         self._stopping = False
         self._down_since_ms = now_ms()
-        self._prepare_source_queue()
-        self._sub = self.engine.subscribe(
-            spec.queue,
-            self,
-            routing=ANYCAST,
-            selector=spec.filter,
-            window=spec.window,
-            name=f"bridge:{spec.name}",
-        )
-        self._consumer = self._sub.consumer
+        self._release()  # a restart after giving up: the old session is gone
+        self._session, self._consumer = self._subscribe()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch())]
 
-    def _prepare_source_queue(self) -> None:
-        q = self.engine.queue(self.spec.queue)
-        address = q.address if q is not None else self.spec.queue
-        if q is not None and q.routing != ANYCAST:
-            return  # a topic subscription: its address settings are the topic's business
-        settings = self.engine.settings
-        own = settings.patterns().get(address)
-        settings.set(
-            address, own.merged_over(SOURCE_QUEUE_SETTINGS) if own else SOURCE_QUEUE_SETTINGS
+    def _subscribe(self) -> tuple[Session, Consumer]:
+        """Open the bridge's session and attach to the source queue as it is."""
+        spec = self.spec
+        session = self.engine.open_session(
+            SYSTEM, SESSION_PROTOCOL, self._session_remote(), client_id=spec.name
         )
-        if q is not None:
-            q.refresh_settings()
+        try:
+            consumer = session.subscribe(
+                Source(spec.queue, ANYCAST, spec.filter),
+                self,
+                mode=CreditMode.WINDOW,
+                window=spec.window,
+                name=f"bridge:{spec.name}",
+            )
+        except Exception:
+            session.close()
+            raise
+        return session, consumer
+
+    def _session_remote(self) -> str:
+        """What the session list shows as the other end: the remote node's name."""
+        return self.spec.remote_node
 
     async def stop(self) -> None:
         """Close the link and give every held message back to the head of the queue."""
@@ -193,14 +198,29 @@ class CoreBridge(Redialing):
         self._release()
 
     def _release(self) -> None:
-        sub, self._sub = self._sub, None
-        self._consumer = None
+        """Give every held message back, unprocessed and in order, and close the session.
+
+        Released, not merely detached: a consumer that closes with messages in flight counts
+        a delivery attempt (and a redelivery delay) for each, and a bridge's attempts are link
+        failures that must never dead-letter a message as ``max-deliveries``."""
+        self._settle_confirmed()  # confirmed ones are accepted, never given back
+        session, self._session = self._session, None
+        consumer, self._consumer = self._consumer, None
+        tags = list(self._entries)
         self._entries.clear()
         self._unsent.clear()
         self._careful.clear()
-        if sub is not None and self.engine.started:
-            with contextlib.suppress(Exception):
-                self.engine.unsubscribe(sub)
+        self._careful_tag = None
+        self._write_paused = False
+        if session is None or session.closed:
+            return
+        if consumer is not None and self.engine.started:
+            session.pause()  # no redelivery to this consumer while it lets go
+            for tag in reversed(tags):  # each goes to the head: the last one first
+                with contextlib.suppress(ConsumerError):
+                    session.settle(consumer, tag, Outcome.RELEASED)
+        with contextlib.suppress(Exception):
+            session.close()
 
     # -- the connection loop ----------------------------------------------------------------
     async def _run(self) -> None:
@@ -226,7 +246,6 @@ class CoreBridge(Redialing):
         started = time.monotonic()
         self._set_state(CONNECTED)
         self._pump()
-        self._schedule_dispatch()
         try:
             reason = await asyncio.shield(link.closed)
         finally:
@@ -256,8 +275,8 @@ class CoreBridge(Redialing):
         self._unsent = deque(self._entries)
         if self._write_paused:
             self._write_paused = False
-            if self._consumer is not None:
-                self._consumer.resume()
+            if self._session is not None:
+                self._session.resume()
 
     # -- consuming (DeliveryHandler) --------------------------------------------------------
     def deliver(self, delivery: Delivery) -> None:
@@ -278,7 +297,10 @@ class CoreBridge(Redialing):
         self.last_error = f"source queue consumer closed: {reason}"
         log.warning("bridge %s: %s", self.spec.name, self.last_error)
         self._consumer = None
-        self._sub = None
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
+        self._confirmed.clear()
         self._entries.clear()
         self._unsent.clear()
         self._stopping = True
@@ -287,17 +309,6 @@ class CoreBridge(Redialing):
         if self._link is not None:
             self._link.close("source queue gone")
         self._set_state(STOPPED)
-
-    def _schedule_dispatch(self) -> None:
-        if not self._dispatch_scheduled and self._consumer is not None:
-            self._dispatch_scheduled = True
-            asyncio.get_running_loop().call_soon(self._dispatch)
-
-    def _dispatch(self) -> None:
-        self._dispatch_scheduled = False
-        c = self._consumer
-        if c is not None and not c.closed:
-            c.queue.dispatch()
 
     # -- sending ----------------------------------------------------------------------------
     def _pump(self) -> None:
@@ -332,19 +343,19 @@ class CoreBridge(Redialing):
             if self._careful:
                 self._careful_tag = tag
         if link.write_buffer_size() > WRITE_HIGH_WATER and not self._write_paused:
-            consumer = self._consumer
-            if consumer is not None:
+            session = self._session
+            if session is not None:
                 self._write_paused = True
-                consumer.pause()
+                session.pause()
                 self._drain_task = asyncio.get_running_loop().create_task(
-                    self._drain(link, consumer)
+                    self._drain(link, session)
                 )
 
-    async def _drain(self, link: StompLink, consumer: Consumer) -> None:
+    async def _drain(self, link: StompLink, session: Session) -> None:
         await link.drain()
-        if self._write_paused and consumer is self._consumer:
+        if self._write_paused and session is self._session:
             self._write_paused = False
-            consumer.resume()
+            session.resume()
 
     def duplicate_id(self, msg: Message) -> str:
         """Stable across restarts of either side: message ids are stored with the message."""
@@ -374,34 +385,49 @@ class CoreBridge(Redialing):
             return
         tag = int(rid)
         entry = self._entries.pop(tag, None)
-        consumer = self._consumer
-        if entry is None or consumer is None:
+        session, consumer = self._session, self._consumer
+        if entry is None or session is None or consumer is None:
             return
-        try:
-            consumer.ack(tag)
-        except ConsumerError:
-            return
-        self.forwarded += 1
-        events = self.engine.events
-        if events is not None:  # the remote confirmed it: it is on the remote's disk
-            m = entry.message
-            events.emit(
-                "forwarded",
-                m.id,
-                m.address,
-                m.size(),
-                self.spec.queue,
-                trace_id=m.trace_id,
-                durable=m.durable,
-                peer=self.spec.remote_node,
-            )
-        self._progress = True
-        if self._careful:
+        careful = bool(self._careful)
+        if careful:
             self._careful.discard(tag)
             if self._careful_tag == tag:
                 self._careful_tag = None
+        self._confirmed.append(tag)
+        if not self._settle_scheduled:  # the receipts of one read are settled together
+            self._settle_scheduled = True
+            asyncio.get_running_loop().call_soon(self._settle_confirmed)
+        self.forwarded += 1
+        # the remote confirmed it: it is on the remote's disk
+        emit_message(
+            self.engine.events,
+            FORWARDED,
+            entry.message,
+            self.spec.queue,
+            peer=self.spec.remote_node,
+        )
+        self._progress = True
+        if careful:
             self._pump()
-        self._schedule_dispatch()
+
+    def _settle_confirmed(self) -> None:
+        """Accept the confirmed messages: the ones older than every held message in one
+        cumulative settlement (the usual case, receipts come in order), any others one by
+        one.  The session then refills the window once, and the new deliveries are pumped."""
+        self._settle_scheduled = False
+        tags, self._confirmed = self._confirmed, []
+        session, consumer = self._session, self._consumer
+        if not tags or session is None or consumer is None or session.closed:
+            return
+        # unsettled at the core = held (self._entries, in delivery order) + confirmed
+        oldest_held = next(iter(self._entries), None)
+        head = [t for t in tags if oldest_held is None or t < oldest_held]
+        with contextlib.suppress(ConsumerError):
+            if head:
+                session.settle(consumer, max(head), Outcome.ACCEPTED, cumulative=True)
+            for t in tags:
+                if oldest_held is not None and t > oldest_held:
+                    session.settle(consumer, t, Outcome.ACCEPTED)
 
     def _on_error(self, frame: Frame) -> None:
         link = self._link
@@ -432,11 +458,11 @@ class CoreBridge(Redialing):
         self._careful.discard(tag)
         if self._careful_tag == tag:
             self._careful_tag = None
-        consumer = self._consumer
-        if consumer is None:
+        session, consumer = self._session, self._consumer
+        if session is None or consumer is None:
             return
         try:
-            self.engine.dead_letter_delivery(consumer, tag, reason, detail)
+            session.settle(consumer, tag, Outcome.REJECTED, reason=reason, detail=detail)
         except ConsumerError:
             return
         self.dead_lettered += 1
@@ -449,7 +475,6 @@ class CoreBridge(Redialing):
             reason,
             detail,
         )
-        self._schedule_dispatch()
 
     def _waited_too_long(self, entry: _Entry, at_ms: int) -> bool:
         """Routing timeout: never sent, and waiting longer than allowed while the link is down."""
@@ -527,7 +552,8 @@ class CoreBridge(Redialing):
             log.info("bridge %s: %s", name, state)
 
     def status(self) -> dict[str, object]:
-        q = self.engine.queue(self.spec.queue) if self.engine.started else None
+        session = self._session
+        q = session.lookup_queue(self.spec.queue) if session is not None else None
         link = self._link
         return {
             "name": self.spec.name,

@@ -9,9 +9,11 @@
 * ``ForeignInbound`` subscribes to ``source`` with ``ack:client-individual`` and a prefetch of
   ``confirmation_window``; each MESSAGE becomes a durable local message on
   ``forwarding_address`` (its non-protocol headers become properties) and is ACKed on the
-  foreign broker only once the local write is on disk.  A lost link or a failed local write
-  leaves the un-ACKed messages with the foreign broker, which redelivers them on the next
-  connection: nothing is lost, duplicates are possible.
+  foreign broker only once the local write is on disk.  It sends through one core session
+  opened with the node's own principal (``SYSTEM``), listed with the engine's sessions while
+  the bridge runs.  A lost link or a failed local write leaves the un-ACKed messages with the
+  foreign broker, which redelivers them on the next connection: nothing is lost, duplicates
+  are possible.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from waystation.bridges.core_bridge import CoreBridge, _iso
+from waystation.bridges.core_bridge import SESSION_PROTOCOL, CoreBridge, _iso
 from waystation.bridges.dial import Target
 from waystation.bridges.redial import (
     CONNECTED,
@@ -36,6 +38,8 @@ from waystation.bridges.redial import (
 from waystation.bridges.spec import BridgeSpec
 from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.message import DEFAULT_PRIORITY, PropertyValue
+from waystation.core.security import SYSTEM
+from waystation.core.session import Session
 from waystation.gateway.stomp.mapping import TRACE_HEADER
 from waystation.wire.stomp import Frame
 
@@ -75,6 +79,9 @@ class ForeignStompBridge(CoreBridge):
         # no client-id: ActiveMQ refuses a reconnect while it still holds the old connection
         self._options = link_options(spec)
 
+    def _session_remote(self) -> str:
+        return _first_url(self.spec)
+
     def status(self) -> dict[str, object]:
         out = super().status()
         out["foreign"] = self.spec.foreign
@@ -101,6 +108,7 @@ class ForeignInbound(Redialing):
         self.last_error: str | None = None
         self._options = link_options(spec)
         self._link: StompLink | None = None
+        self._session: Session | None = None
         self._pending = 0  # local writes not yet on disk, on the current link
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -112,6 +120,10 @@ class ForeignInbound(Redialing):
         if not self._has_targets():
             return
         self._stopping = False
+        if self._session is None or self._session.closed:
+            self._session = self.engine.open_session(
+                SYSTEM, SESSION_PROTOCOL, _first_url(self.spec), client_id=self.spec.name
+            )
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
@@ -127,8 +139,16 @@ class ForeignInbound(Redialing):
             link.close("bridge stopping")
             await link.wait_closed()
         self._link = None
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
         self.next_attempt = None
         self._set_state(STOPPED)
+
+    def _gave_up(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            session.close()
 
     # -- the connection loop ----------------------------------------------------------------
     async def _run(self) -> None:
@@ -184,6 +204,10 @@ class ForeignInbound(Redialing):
         h = frame.headers
         self.received += 1
         ack = _ack_headers(link.version, h)
+        session = self._session
+        if session is None:  # stopping: the remote redelivers it on the next link
+            link.close("bridge stopping")
+            return
         try:
             msg = self.engine.make_message(
                 self.address,
@@ -196,7 +220,7 @@ class ForeignInbound(Redialing):
             trace = h.get(TRACE_HEADER)
             if trace and len(trace) <= 256:  # relayed from a Waystation node: keep its trace
                 msg.trace_id = trace
-            fut = self.engine.send(msg)
+            fut = session.send(msg)
         except Exception as e:  # not stored: the remote redelivers it on the next link
             log.exception("bridge %s: storing a message from %s failed", self.spec.name, self.url)
             link.close(f"local store refused a message: {describe(e)}")
@@ -256,6 +280,11 @@ class ForeignInbound(Redialing):
             "failed": self.failed,
             "last_error": self.last_error,
         }
+
+
+def _first_url(spec: BridgeSpec) -> str:
+    """The session list's remote end of a foreign bridge: its first URL (no node name)."""
+    return str(spec.targets[0]) if spec.targets else spec.remote_node
 
 
 def _ack_headers(version: str, h: dict[str, str]) -> dict[str, str]:

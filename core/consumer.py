@@ -186,9 +186,10 @@ class Consumer:
                 break
         return n
 
-    def release(self, tag: int) -> None:
-        """Give a message back unprocessed: no delivery attempt counted, no delay."""
-        self.queue.requeue([self._take(tag)])
+    def release(self, tags: list[int]) -> None:
+        """Give messages back unprocessed, at the head of the queue in their order: no
+        delivery attempt counted, no delay."""
+        self.queue.requeue([self._take(t) for t in tags])
         self.queue.dispatch()
 
     def reject(self, tag: int, reason: str, detail: str = "") -> None:

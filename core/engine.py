@@ -231,6 +231,9 @@ class Engine:
         for c in consumers:
             c.paused = True
         for c in consumers:
+            owner = c.owner
+            if isinstance(owner, Session) and owner.principal is SYSTEM and c.in_flight:
+                c.release(list(c.in_flight))  # the node's own links: no attempt counted
             c.close()
         await self.persistence.flush()
         await self.persistence.close()

@@ -183,7 +183,9 @@ def emit_message(
 ) -> None:
     """One event about ``msg``: id, address (``address`` when it is elsewhere now), size,
     trace id and durability filled in, so no call site writes them again."""
-    if sink is not None:
+    if sink is None:
+        return
+    if extra:
         sink.emit(
             kind,
             msg.id,
@@ -193,4 +195,14 @@ def emit_message(
             trace_id=msg.trace_id,
             durable=msg.durable,
             **extra,
+        )
+    else:  # the common case, without merging an empty dict (this runs on the loop per hop)
+        sink.emit(
+            kind,
+            msg.id,
+            msg.address if address is None else address,
+            msg.size(),
+            queue,
+            trace_id=msg.trace_id,
+            durable=msg.durable,
         )

@@ -34,8 +34,7 @@ import math
 import struct
 import time
 import uuid
-from collections import ChainMap
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any, Generic, TypeVar, overload
 
 import msgpack
@@ -392,7 +391,7 @@ class Message:
         a = self._ann
         if not a or (len(a) == 1 and DESTINATION in a):
             return self._props
-        return _PropertiesView(self._props, {k: v for k, v in a.items() if k != DESTINATION})
+        return _PropertiesView(self._props, a)
 
     @properties.setter
     def properties(self, value: dict[str, PropertyValue]) -> None:
@@ -414,6 +413,17 @@ class Message:
     def annotation(self, name: str) -> PropertyValue:
         a = self._ann
         return a.get(name) if a else None
+
+    def get_property(self, name: str) -> PropertyValue:
+        """``properties.get(name)`` without making a view: one lookup for callers that ask
+        every message for one name (a last-value key, a group)."""
+        p = self._props
+        v = p.get(name)
+        if v is None:
+            a = self._ann
+            if a and name != DESTINATION and name not in p:
+                return a.get(name)
+        return v
 
     def group(self) -> PropertyValue:
         """The message group: the ``group_id`` field, or a legacy ``_WS_GROUP_ID`` property."""
@@ -542,11 +552,54 @@ for _name, _i in _FIELD_INDEX.items():
 assert _FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
 
 
-class _PropertiesView(ChainMap[str, PropertyValue]):
-    """Application properties with the annotations readable behind them."""
+class _PropertiesView(MutableMapping[str, PropertyValue]):
+    """Application properties with the annotations readable behind them (all but the private
+    ``_WS_DESTINATION``); writes and deletes go to the properties.  A live view: made per
+    read of ``Message.properties`` on an annotated message, so it copies nothing."""
 
-    def __init__(self, props: dict[str, PropertyValue], ann: Mapping[str, PropertyValue]) -> None:
-        super().__init__(props, dict(ann))
+    __slots__ = ("_p", "_a")
+
+    def __init__(self, props: dict[str, PropertyValue], ann: dict[str, PropertyValue]) -> None:
+        self._p = props
+        self._a = ann
+
+    def __getitem__(self, key: str) -> PropertyValue:
+        p = self._p
+        if key in p:
+            return p[key]
+        if key != DESTINATION:
+            return self._a[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # one lookup, not try/except
+        p = self._p
+        if key in p:
+            return p[key]
+        if key != DESTINATION:
+            return self._a.get(key, default)
+        return default
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._p or (key != DESTINATION and key in self._a)
+
+    def __setitem__(self, key: str, value: PropertyValue) -> None:
+        self._p[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self._p[key]  # an annotation cannot be deleted through the properties
+
+    def __iter__(self) -> Iterator[str]:
+        p = self._p
+        yield from p
+        for k in self._a:
+            if k not in p and k != DESTINATION:
+                yield k
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({dict(self)!r})"
 
 
 # -- msgpack: the types it cannot tell apart travel as ext types ----------------------------

@@ -13,12 +13,25 @@ import logging
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from waystation.core.address import is_wildcard, matches, split_remote, validate_name
 from waystation.core.consumer import MessageRef
 from waystation.core.divert import Divert, DivertError, find_loop
 from waystation.core.duplicates import DuplicateCache
-from waystation.core.events import EventSink
+from waystation.core.events import (
+    ACCEPTED,
+    ACKED,
+    DEAD_LETTERED,
+    DELIVERED,
+    DIVERTED,
+    DROPPED,
+    ROUTED,
+    STORED,
+    EventSink,
+    emit_message,
+)
+from waystation.core.events import EXPIRED as EXPIRED_EVENT
 from waystation.core.filter import compile_filter
 from waystation.core.message import (
     ACTUAL_EXPIRY,
@@ -136,15 +149,11 @@ class PostOffice:
 
     def on_delivered(self, ref: MessageRef) -> None:
         if self.events is not None:
-            m = ref.message
-            self.events.emit(
-                "delivered",
-                m.id,
-                m.address,
-                m.size(),
+            emit_message(
+                self.events,
+                DELIVERED,
+                ref.message,
                 ref.queue.name,
-                trace_id=m.trace_id,
-                durable=m.durable,
                 delivery_count=ref.delivery_count,
             )
 
@@ -153,22 +162,18 @@ class PostOffice:
         self.ack_ops(ref, ops)
         self.persistence.write(ops, False)
 
-    def ack_ops(self, ref: MessageRef, ops: list[Op], tx: object = None, **extra: object) -> None:
+    def ack_ops(self, ref: MessageRef, ops: list[Op], tx: object = None, **extra: Any) -> None:
         """Settle an acknowledged reference: what must be written goes to ``ops``.
         ``extra`` may name the consumer's ``protocol`` and ``session`` for the event; ``tx``
         is accepted from callers and not an event field (DESIGN §8)."""
         if ref.rid:
             self.persistence.unref_ops(ref.rid, ref.message, ops)
         if self.events is not None:
-            m = ref.message
-            self.events.emit(
-                "acked",
-                m.id,
-                m.address,
-                m.size(),
+            emit_message(
+                self.events,
+                ACKED,
+                ref.message,
                 ref.queue.name,
-                trace_id=m.trace_id,
-                durable=m.durable,
                 delivery_count=ref.delivery_count,
                 **extra,
             )
@@ -209,18 +214,10 @@ class PostOffice:
             dla = self.settings(msg.address).dead_letter_address
         if msg.trace_id is None:  # refused before it was routed (no route, unknown node)
             msg.trace_id = f"{self.node_name}/{msg.id}"
-        if self.events is not None:
-            self.events.emit(
-                "dead_lettered",
-                msg.id,
-                msg.address,
-                msg.size(),
-                queue,
-                trace_id=msg.trace_id,
-                durable=msg.durable,
-                reason=reason,
-                **({} if delivery_count is None else {"delivery_count": delivery_count}),
-            )
+        # delivery_count None (a message never delivered) is written as null, like absent
+        emit_message(
+            self.events, DEAD_LETTERED, msg, queue, reason=reason, delivery_count=delivery_count
+        )
         if not dla or dla == msg.address:
             log.warning(
                 "message %d on %s dropped (%s: %s): no dead-letter address",
@@ -249,18 +246,14 @@ class PostOffice:
         if ref.rid:
             self.persistence.unref_ops(ref.rid, msg, ops)
         target = self.settings(ref.queue.address).expiry_address
-        if self.events is not None:
-            self.events.emit(
-                "expired",
-                msg.id,
-                msg.address,
-                msg.size(),
-                ref.queue.name,
-                trace_id=msg.trace_id,
-                durable=msg.durable,
-                delivery_count=ref.delivery_count,
-                reason=EXPIRED,
-            )
+        emit_message(
+            self.events,
+            EXPIRED_EVENT,
+            msg,
+            ref.queue.name,
+            delivery_count=ref.delivery_count,
+            reason=EXPIRED,
+        )
         if target and target != msg.address:
             copy = msg.copy(self.ids(), target)
             copy.expiration = 0
@@ -451,7 +444,7 @@ class PostOffice:
         ops: list[Op],
         routing: str | None = None,
         depth: int = 0,
-        origin: dict[str, object] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> bool:
         """Route ``msg``; append what must be written to ``ops``.  ``origin`` (``protocol``,
         ``session``) goes into the ``accepted`` event.  Returns whether the
@@ -471,16 +464,7 @@ class PostOffice:
         dup = msg.duplicate_id()
         if dup is not None and dup in self.dup_cache(address):
             log.debug("duplicate id %r on %s: message dropped", dup, address)
-            if self.events is not None:
-                self.events.emit(
-                    "dropped",
-                    msg.id,
-                    address,
-                    msg.size(),
-                    trace_id=msg.trace_id,
-                    durable=msg.durable,
-                    reason=DUPLICATE,
-                )
+            emit_message(self.events, DROPPED, msg, reason=DUPLICATE)
             return False
         dup_op = self._duplicate_op(dup, address) if dup is not None else None
         repo = self.repo
@@ -493,16 +477,7 @@ class PostOffice:
                 and s.full_policy is FullPolicy.DROP
                 and self.usage(address).memory_bytes >= s.max_size_bytes
             ):
-                if self.events is not None:
-                    self.events.emit(
-                        "dropped",
-                        msg.id,
-                        address,
-                        msg.size(),
-                        trace_id=msg.trace_id,
-                        durable=msg.durable,
-                        reason=ADDRESS_FULL,
-                    )
+                emit_message(self.events, DROPPED, msg, reason=ADDRESS_FULL)
                 self._remember(dup, dup_op, address, ops)
                 return False
         # whatever can fail (encoding the message and its duplicate id) comes before the first
@@ -510,16 +485,7 @@ class PostOffice:
         # record reuses this encoding
         encoded = self._encode(msg) if msg.durable else None
         if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
-            self.events.emit(
-                "accepted",
-                msg.id,
-                address,
-                msg.size(),
-                None,
-                trace_id=msg.trace_id,
-                durable=msg.durable,
-                **(origin or {}),
-            )
+            emit_message(self.events, ACCEPTED, msg, **(origin or {}))
         sync = False
         diverts = self._diverts_for(address) if self.diverts else ()
         if diverts:
@@ -527,15 +493,8 @@ class PostOffice:
             for d in diverts:
                 if d.applies(msg):
                     copy = d.divert(msg, self.ids())
-                    if self.events is not None:  # the copy: its id, its (target) address
-                        self.events.emit(
-                            "diverted",
-                            copy.id,
-                            copy.address,
-                            copy.size(),
-                            trace_id=copy.trace_id,
-                            durable=copy.durable,
-                        )
+                    # the copy: its id, its (target) address
+                    emit_message(self.events, DIVERTED, copy)
                     sync |= self.route(copy, ops, None, depth + 1)
                     exclusive |= d.exclusive
             if exclusive:
@@ -599,30 +558,14 @@ class PostOffice:
                 ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
                 sync = True
             q.add(MessageRef(msg, q, rid))
-            if self.events is not None:
-                self.events.emit(
-                    "routed",
-                    msg.id,
-                    address,
-                    msg.size(),
-                    q.name,
-                    trace_id=msg.trace_id,
-                    durable=msg.durable,
-                )
+            if self.events is not None:  # the hot path: no call when the log is off
+                emit_message(self.events, ROUTED, msg, q.name)
         if not queues and not dead_letter:
             s = self.settings(address)
             if s.send_to_dla_on_no_route:
                 self.dead_letter_message(msg, NO_ROUTE, f"no queue bound to {address!r}", ops)
-            elif self.events is not None:
-                self.events.emit(
-                    "dropped",
-                    msg.id,
-                    address,
-                    msg.size(),
-                    trace_id=msg.trace_id,
-                    durable=msg.durable,
-                    reason=NO_ROUTE,
-                )
+            else:
+                emit_message(self.events, DROPPED, msg, reason=NO_ROUTE)
         return sync
 
     def _auto_create(self, address: str, routing: str | None) -> list[Queue]:
@@ -654,7 +597,7 @@ class PostOffice:
         return self._route_local(msg, ops)
 
     def send(
-        self, msg: Message, routing: str | None = None, **origin: object
+        self, msg: Message, routing: str | None = None, **origin: Any
     ) -> asyncio.Future[None] | None:
         """Route and persist one message; the future (if any) resolves once it is on disk.
         ``origin``: ``protocol`` and ``session`` of the producer, for the ``accepted`` event."""
@@ -670,10 +613,8 @@ class PostOffice:
 
     def _stored(self, msg: Message, fut: asyncio.Future[None]) -> None:
         """The ``stored`` event: the durable message is on disk."""
-        if self.events is not None and not fut.cancelled() and fut.exception() is None:
-            self.events.emit(
-                "stored", msg.id, msg.address, msg.size(), trace_id=msg.trace_id, durable=True
-            )
+        if not fut.cancelled() and fut.exception() is None:
+            emit_message(self.events, STORED, msg)
 
     def check_storable(self, msg: Message) -> None:
         """Raise InvalidMessage now if ``msg`` could not be stored when routed later (a

@@ -160,7 +160,7 @@ class Queue:
     def _enqueue(self, ref: MessageRef, front: bool = False) -> None:
         key = self.settings.last_value_key
         if key is not None:
-            lv = ref.message.properties.get(key)
+            lv = ref.message.get_property(key)
             if lv is not None:
                 old = self._lvq.get(lv)
                 if old is not None and old is not ref and self._remove(old):
@@ -422,7 +422,7 @@ class Queue:
     def _hand(self, consumer: Consumer, ref: MessageRef) -> None:
         key = self.settings.last_value_key
         if key is not None:
-            lv = ref.message.properties.get(key)
+            lv = ref.message.get_property(key)
             if lv is not None and self._lvq.get(lv) is ref:
                 del self._lvq[lv]
         consumer._deliver(ref)

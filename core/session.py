@@ -74,6 +74,7 @@ class QueueInfo:
     routing: str
     durable: bool
     selector: str | None
+    depth: int  # messages waiting (in flight not counted)
 
 
 class SessionError(Exception):
@@ -179,7 +180,7 @@ class Session:
         if q is None:
             return None
         selector = q.filter.text if q.filter is not None else None
-        return QueueInfo(q.name, q.address, q.routing, q.durable, selector)
+        return QueueInfo(q.name, q.address, q.routing, q.durable, selector, q.depth)
 
     def lookup_address(self, name: str) -> str | None:
         """The routing of the declared address ``name``, or None."""
@@ -314,8 +315,8 @@ class Session:
                 if window is None
                 else window
             )
-            if w <= 0 or w > limits.max_window:
-                w = limits.max_window
+            if w <= 0 or (w > limits.max_window and self.principal is not SYSTEM):
+                w = limits.max_window  # (a bridge's window is the operator's, not a client's)
         else:
             w = 0
         try:
@@ -387,7 +388,7 @@ class Session:
             return engine.post.create_queue(
                 address, address, ANYCAST, durable=True, auto_created=True
             )
-        if q.routing == MULTICAST:
+        if q.routing == MULTICAST and self.principal is not SYSTEM:  # the node may drain one
             raise NotAuthorized(
                 f"queue {address!r} is a subscription of address {q.address!r}: "
                 "subscribe to the address instead"
@@ -532,6 +533,9 @@ class Session:
         tags = consumer.tags_through(tag) if cumulative else [tag]
         if not cumulative and not consumer.is_in_flight(tag):
             raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
+        if outcome is Outcome.RELEASED and t is None:
+            consumer.release(tags)  # back at the head, in their order
+            return len(tags)
         for one in tags:
             if outcome is Outcome.ACCEPTED:
                 consumer.ack(one, t)
@@ -539,8 +543,6 @@ class Session:
                 consumer.nack(one, t)
             elif t is not None:
                 raise TransactionError(f"a {outcome.value} outcome cannot be transactional")
-            elif outcome is Outcome.RELEASED:
-                consumer.release(one)
             else:
                 consumer.reject(one, reason, detail)
         consumer.queue.dispatch()

@@ -22,11 +22,33 @@ Choices beyond the JMS text, so callers are not surprised:
 * ``IN`` lists may hold numbers as well as strings (an extension); ``x IN (a, b)`` is exactly
   ``x = a OR x = b``.  ``NOT BETWEEN`` is ``NOT (BETWEEN)`` (differs only for NaN).
 * ``LIKE`` matching is linear-time (no regex backtracking) since selectors come from clients.
-* Limits: 8192 characters and nesting depth 100, both reported as FilterError.
+* Limits, each reported as a FilterError of kind ``limit`` naming it, so a selector's cost
+  is bounded when it is compiled (a client's subscription), not found out per message:
+
+  - ``MAX_FILTER_LENGTH`` (8192): characters of a selector;
+  - ``MAX_DEPTH`` (100): nesting depth;
+  - ``MAX_LIKE_PATTERN_LENGTH`` (256): characters of one LIKE pattern;
+  - ``MAX_LIKE_COST`` (32): the estimated cost of a selector's LIKE patterns together, in
+    about nanoseconds per character of the value (``like.like_cost``).  A pattern anchored
+    at both ends (``'abc%'``, ``'%abc'``, ``'a_c'``) costs 0; one with a part between two
+    ``%`` costs 4 (``'%abc%'``: a linear search), or 8 plus that part's width when it holds
+    a ``_`` (``'%a_c%'`` costs 11: tried at every position).  So a selector may hold eight
+    ``'%abc%'`` patterns, or one ``'%a_c%'`` and five.  Worst case allowed: about 10 ms
+    per message for 30 subscriptions on a 10 KB property value; the rest of a selector
+    costs per node, not per character of a value.
 """
 
 from waystation.core.filter.errors import FilterError
+from waystation.core.filter.like import MAX_LIKE_COST, MAX_LIKE_PATTERN_LENGTH
 from waystation.core.filter.parser import MAX_DEPTH
 from waystation.core.filter.selector import MAX_FILTER_LENGTH, Filter, compile_filter
 
-__all__ = ["MAX_DEPTH", "MAX_FILTER_LENGTH", "Filter", "FilterError", "compile_filter"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_FILTER_LENGTH",
+    "MAX_LIKE_COST",
+    "MAX_LIKE_PATTERN_LENGTH",
+    "Filter",
+    "FilterError",
+    "compile_filter",
+]

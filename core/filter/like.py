@@ -5,12 +5,28 @@ Selectors come from clients (a STOMP ``selector`` header), so a pattern such as
 The pattern is split on ``%`` into fixed-width segments; the first is anchored at the start,
 the last at the end, and each middle one is found leftmost-first, which is optimal for ``%``.
 Cost is O(len(value) * len(pattern)) at worst.  ``_`` is one character (one code point).
+
+What bounds that cost, checked when a selector is compiled (:mod:`waystation.core.filter`):
+a pattern has at most :data:`MAX_LIKE_PATTERN_LENGTH` characters, and a selector's patterns
+together an estimated cost (:func:`like_cost`) of at most :data:`MAX_LIKE_COST`.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+
+#: Characters of one LIKE pattern (as written, escapes included); longer ones are refused.
+MAX_LIKE_PATTERN_LENGTH = 256
+#: The most a selector's LIKE patterns may cost together, in :func:`like_cost` units (about
+#: nanoseconds per character of the value).  32 keeps 30 subscriptions with the costliest
+#: allowed selectors at about 10 ms per message on a 10 KB property value.
+MAX_LIKE_COST = 32
+#: A part between two ``%`` without ``_``: one ``str.find`` pass over the value.
+SCAN_COST = 4
+#: A part between two ``%`` holding ``_``: a regex tried at each position of the value, which
+#: costs this plus the part's width per position.
+WILDCARD_PART_COST = 8
 
 
 class LikeError(ValueError):
@@ -43,6 +59,19 @@ def _segments(pattern: str, escape: str | None) -> list[list[str | None]]:
 def _segment_re(items: list[str | None]) -> re.Pattern[str]:
     # Fixed width, no quantifiers: matching it is linear in its length.
     return re.compile("".join("." if c is None else re.escape(c) for c in items), re.DOTALL)
+
+
+def like_cost(pattern: str, escape: str | None = None) -> int:
+    """Estimated cost of matching ``pattern``, per character of the value (about ns): 0 for
+    a pattern anchored at both ends (``'abc%'``, ``'%abc'``, ``'a_c'``: one comparison at
+    one place), :data:`SCAN_COST` when it has a part between two ``%`` (``'%abc%'``: found by
+    a linear search), :data:`WILDCARD_PART_COST` plus the width of the widest such part that
+    holds a ``_`` (``'%a_c%'`` costs 11: tried at every position).  LikeError if invalid."""
+    middle = [seg for seg in _segments(pattern, escape)[1:-1] if seg]
+    if not middle:
+        return 0
+    widest = max((len(seg) for seg in middle if None in seg), default=0)
+    return WILDCARD_PART_COST + widest if widest else SCAN_COST
 
 
 def compile_like(pattern: str, escape: str | None = None) -> Callable[[str], bool]:

@@ -12,7 +12,15 @@ from __future__ import annotations
 
 from waystation.core.filter.errors import FilterError
 from waystation.core.filter.lexer import T, Token, tokenize
-from waystation.core.filter.like import LikeError, compile_like
+from waystation.core.filter.like import (
+    MAX_LIKE_COST,
+    MAX_LIKE_PATTERN_LENGTH,
+    SCAN_COST,
+    WILDCARD_PART_COST,
+    LikeError,
+    compile_like,
+    like_cost,
+)
 from waystation.core.filter.nodes import (
     And,
     Arith,
@@ -53,6 +61,7 @@ class _Parser:
         self.tokens = tokenize(text)
         self.i = 0
         self.depth = 0
+        self.like_cost = 0  # the sum of like_cost() over the LIKE patterns so far
 
     # -- token helpers ---------------------------------------------------------------------
     def peek(self) -> Token:
@@ -216,11 +225,27 @@ class _Parser:
                 raise self.error(escape_tok, "ESCAPE needs a one-character string literal")
         pattern = str(pattern_tok.value)
         escape = None if escape_tok is None else str(escape_tok.value)
+        if len(pattern) > MAX_LIKE_PATTERN_LENGTH:
+            raise self.error(
+                pattern_tok,
+                f"LIKE pattern longer than {MAX_LIKE_PATTERN_LENGTH} characters "
+                f"(MAX_LIKE_PATTERN_LENGTH)",
+                "limit",
+            )
         try:
             compile_like(pattern, escape)
+            self.like_cost += like_cost(pattern, escape)
         except LikeError as e:
             bad = escape_tok if escape_tok is not None and len(str(escape)) != 1 else pattern_tok
             raise self.error(bad, e.reason) from None
+        if self.like_cost > MAX_LIKE_COST:
+            raise self.error(
+                pattern_tok,
+                f"LIKE patterns too costly to evaluate: estimated cost {self.like_cost}, "
+                f"more than {MAX_LIKE_COST} (MAX_LIKE_COST; a part between two '%' costs "
+                f"{SCAN_COST}, or {WILDCARD_PART_COST} plus its width if it holds a '_')",
+                "limit",
+            )
         return Like(left, pattern, escape, negated)
 
     def in_list(self) -> tuple[str | int | float, ...]:

@@ -308,24 +308,13 @@ def _fields(
 
 
 # properties a bridge does not send as headers: the remote would read them as instructions
-# (a scheduled delay was applied here already) or they are the message's own fields
-_NOT_SENT = frozenset(
-    (
-        "destination",
-        "receipt",
-        "transaction",
-        "content-length",
-        "persistent",
-        "priority",
-        "expires",
-        "timestamp",
-        "AMQ_SCHEDULED_DELAY",
-        "scheduled-delay",
-        TYPES_HEADER,
-        TRACE_HEADER,
-        ROUTE_TO_NODE,
-    )
-)
+# (a scheduled delay was applied here already) or they are the message's own fields.  The
+# CONTROL_HEADERS less the ones that are standard fields: a property of such a name (set
+# through another protocol, or a message from before the field existed) is sent and becomes
+# that field on the remote, unless the message has the field, which ``_fields`` writes last.
+_NOT_SENT = (CONTROL_HEADERS - {MESSAGE_ID_HEADER, GROUP_SEQ_HEADER, *FIELD_HEADERS}) | {
+    ROUTE_TO_NODE
+}
 # annotations a bridge does not forward: store-and-forward bookkeeping and the producer's
 # destination string (the remote records the SEND's own)
 _NOT_FORWARDED = frozenset((ROUTE_TO_NODE, DESTINATION))

@@ -32,6 +32,7 @@ from waystation.core.events import (
     arrow_schema,
     spark_ddl,
 )
+from waystation.core.message import Message
 from waystation.core.settings import AddressSettings
 
 FORMATS = ("jsonl", "parquet")
@@ -373,28 +374,36 @@ def test_bad_settings_are_refused(tmp_path: Path) -> None:
 # --- with the engine ----------------------------------------------------------------------------
 
 
-def test_engine_lifecycle_in_parquet(run, tmp_path: Path) -> None:
+async def ack_one_dead_letter_one(events: EventLog) -> tuple[Message, Message]:
+    """Two messages through an engine writing to ``events``: the first acked, the second
+    nacked into the DLQ (one delivery attempt); stopping the engine closes the log."""
+    eng = Engine(
+        EngineConfig(
+            node_name="node-1",
+            address_settings={
+                "#": AddressSettings(max_delivery_attempts=1, dead_letter_address="DLQ")
+            },
+        ),
+        events=events,
+    )
+    await eng.start()
+    c = Collector()
+    sub = eng.subscribe("q", c)
+    m1, m2 = eng.make_message("q", b"m1"), eng.make_message("q", b"m2")
+    eng.send(m1)
+    eng.send(m2)
+    await settle()
+    sub.consumer.ack(c.deliveries[0].tag)
+    sub.consumer.nack(c.deliveries[1].tag)
+    await eng.stop()  # closes the event log
+    return m1, m2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_engine_lifecycle(run, tmp_path: Path, fmt: str) -> None:
     async def go() -> None:
-        events = ParquetEventLog(tmp_path / "events", "node-1")
-        eng = Engine(
-            EngineConfig(
-                node_name="node-1",
-                address_settings={
-                    "#": AddressSettings(max_delivery_attempts=1, dead_letter_address="DLQ")
-                },
-            ),
-            events=events,
-        )
-        await eng.start()
-        c = Collector()
-        sub = eng.subscribe("q", c)
-        m1, m2 = eng.make_message("q", b"m1"), eng.make_message("q", b"m2")
-        eng.send(m1)
-        eng.send(m2)
-        await settle()
-        sub.consumer.ack(c.deliveries[0].tag)
-        sub.consumer.nack(c.deliveries[1].tag)
-        await eng.stop()  # closes the event log
+        cls = ParquetEventLog if fmt == "parquet" else JsonlEventLog
+        m1, m2 = await ack_one_dead_letter_one(cls(tmp_path / "events", "node-1"))
         recs = read_records(tmp_path / "events")
         by_id: dict[int, list[str]] = {}
         for r in recs:

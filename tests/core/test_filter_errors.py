@@ -8,7 +8,16 @@ from types import FrameType
 
 import pytest
 
-from waystation.core.filter import MAX_DEPTH, MAX_FILTER_LENGTH, Filter, FilterError, compile_filter
+from waystation.core.filter import (
+    MAX_DEPTH,
+    MAX_FILTER_LENGTH,
+    MAX_LIKE_COST,
+    MAX_LIKE_PATTERN_LENGTH,
+    Filter,
+    FilterError,
+    compile_filter,
+)
+from waystation.core.filter.like import like_cost
 from waystation.core.message import Message
 
 
@@ -172,6 +181,53 @@ def test_long_flat_chains_are_fine() -> None:
     assert f.matches_properties({"a": 599}) and not f.matches_properties({"a": 600})
     g = compile_filter(" + ".join(["a"] * 2000) + " = 2000")
     assert g is not None and g.matches_properties({"a": 1})
+
+
+def test_an_8_kb_like_pattern_is_refused_naming_the_limit() -> None:
+    # issue 10: 30 subscriptions with this (legal until now) selector took 1.5-2 s per message
+    text = "p LIKE '%" + "a_" * 4000 + "b%'"
+    assert len(text) <= MAX_FILTER_LENGTH
+    with pytest.raises(FilterError, match="MAX_LIKE_PATTERN_LENGTH") as e:
+        compile_filter(text)
+    assert e.value.kind == "limit" and e.value.position == text.index("'")
+    at_limit = "p LIKE '" + "a" * (MAX_LIKE_PATTERN_LENGTH - 1) + "%'"
+    f = compile_filter(at_limit)  # anchored at the start: costs nothing per character
+    assert f is not None and f.matches_properties({"p": "a" * 300})
+
+
+@pytest.mark.parametrize(
+    ("pattern", "cost"),
+    [
+        ("abc", 0),
+        ("a_c%", 0),
+        ("%a_c", 0),
+        ("%%", 0),
+        ("%abc%", 4),
+        ("a%b%c%d", 4),
+        ("%_%", 9),
+        ("%a_c%", 11),
+        ("x%a_c%abcdef%y", 11),  # the widest part holding '_' counts
+        ("%a!_c%", 4),  # an escaped '_' is a literal: a plain search
+    ],
+)
+def test_like_cost(pattern: str, cost: int) -> None:
+    assert like_cost(pattern, "!") == cost
+
+
+def test_like_patterns_over_the_cost_limit_are_refused_naming_it() -> None:
+    part = "a" * 11 + "_" + "a" * 12  # 8 + 24 = MAX_LIKE_COST
+    assert like_cost(f"%{part}%") == MAX_LIKE_COST
+    f = compile_filter(f"p LIKE '%{part}%'")
+    assert f is not None and f.matches_properties({"p": "x" + "a" * 24 + "y"})
+    with pytest.raises(FilterError, match=r"estimated cost 33, more than 32 \(MAX_LIKE_COST") as e:
+        compile_filter(f"p LIKE '%a{part}%'")
+    assert e.value.kind == "limit"
+    scans = " OR ".join(["p LIKE '%abc%'"] * (MAX_LIKE_COST // 4))
+    assert compile_filter(scans) is not None
+    # the cost is the selector's: one more search anywhere in it is refused
+    with pytest.raises(FilterError, match="MAX_LIKE_COST") as e:
+        compile_filter(f"({scans}) AND q LIKE '%x%'")
+    assert e.value.token == "'%x%'"
 
 
 @pytest.mark.parametrize("depth", [10, 50, MAX_DEPTH - 2])

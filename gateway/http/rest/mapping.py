@@ -126,7 +126,7 @@ TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, PropertyValue]:
     """Message properties for the headers of a POST (see the module doc)."""
-    props: dict[str, PropertyValue] = {}
+    props: dict[str, str] = {}
     for name, value in headers:
         low = name.lower()
         if low in _NOT_COPIED or low.startswith("sec-"):
@@ -143,7 +143,7 @@ def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, Pro
         props[key] = value if old is None else f"{old}, {value}"
         if low == CONTENT_TYPE:
             props[CONTENT_TYPE] = props[key]
-    return props
+    return dict(props)  # as dict[str, PropertyValue]
 
 
 def fields_from_properties(msg: Message) -> None:
