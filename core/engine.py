@@ -24,10 +24,10 @@ from waystation.core.filter import compile_filter
 from waystation.core.limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from waystation.core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
 from waystation.core.persistence import Persistence
-from waystation.core.postoffice import PostOffice, RoutingError
+from waystation.core.postoffice import PostOffice
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
 from waystation.core.security import SYSTEM, Principal, SecurityManager
-from waystation.core.session import Session
+from waystation.core.session import CreditMode, Session, Source
 from waystation.core.settings import DEFAULTS, AddressSettings, SettingsRepository
 from waystation.core.store.api import Journal, MemoryJournal, Op, RecoveryReport, delete
 from waystation.core.transaction import Transaction, TransactionError
@@ -76,6 +76,7 @@ class Subscription:
     consumer: Consumer
     queue: Queue
     temporary: bool
+    session: Session
 
 
 class Engine:
@@ -231,9 +232,6 @@ class Engine:
         for c in consumers:
             c.paused = True
         for c in consumers:
-            owner = c.owner
-            if isinstance(owner, Session) and owner.principal is SYSTEM and c.in_flight:
-                c.release(list(c.in_flight))  # the node's own links: no attempt counted
             c.close()
         await self.persistence.flush()
         await self.persistence.close()
@@ -363,58 +361,21 @@ class Engine:
         durable_name: str | None = None,
         auto_ack: bool = False,
         window: int | None = None,
-        owner: object = None,
         name: str = "",
     ) -> Subscription:
-        """Attach a consumer: to the queue ``address`` (anycast) or to a new or durable
-        subscription queue on the multicast address ``address``."""
-        post = self.post
-        routing = routing or self.resolve_routing(address)
-        filt = compile_filter(selector)
-        if routing == ANYCAST:
-            q = post.queues.get(address)
-            if q is None:
-                s = self.settings.resolve(address)
-                if not s.auto_create_queues:
-                    raise RoutingError(f"queue {address!r} does not exist")
-                q = post.create_queue(address, address, ANYCAST, durable=True, auto_created=True)
-            c = q.add_consumer(handler, filter=filt, auto_ack=auto_ack, window=window, name=name)
-            return Subscription(c, q, False)
-        info = post.addresses.get(address)
-        if info is None:
-            if not self.settings.resolve(address).auto_create_addresses:
-                raise RoutingError(f"address {address!r} does not exist")
-            post.ensure_address(address, MULTICAST, auto_created=True)
-        if durable_name:
-            q = post.queues.get(durable_name)
-            if q is not None and (
-                q.address != address
-                or (q.filter.text if q.filter else None) != (filt.text if filt else None)
-            ):
-                log.info(
-                    "durable subscription %s changed address or selector: recreated", durable_name
-                )
-                post.delete_queue(durable_name)
-                q = None
-            if q is None:
-                q = post.create_queue(
-                    durable_name, address, MULTICAST, durable=True, filter=selector
-                )
-            c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
-            return Subscription(c, q, False)
-        qname = f"tmp.{uuid.uuid4().hex}"
-        q = post.create_queue(
-            qname, address, MULTICAST, durable=False, temporary=True, filter=selector, owner=owner
+        """Attach an in-process consumer (tests, embedding): the same as a session's
+        subscribe, acting as the node itself (``SYSTEM``), so nothing is checked or capped;
+        durable subscriptions are named exactly ``durable_name``."""
+        session = self.open_session(SYSTEM, "engine", "in-process")
+        c = session.subscribe(
+            Source(address, routing, selector, durable_name, owned=False),
+            handler,
+            mode=CreditMode.PRESETTLED if auto_ack else CreditMode.WINDOW,
+            window=window,
+            name=name,
         )
-        c = q.add_consumer(handler, auto_ack=auto_ack, window=window, name=name)
-        return Subscription(c, q, True)
-
-    def dead_letter_delivery(
-        self, consumer: Consumer, tag: int, reason: str, detail: str = ""
-    ) -> None:
-        """Dead-letter a message delivered to ``consumer`` and not yet acknowledged (a handler
-        that found it undeliverable, such as a bridge whose remote refused it)."""
-        self.post.dead_letter(consumer._take(tag), reason, detail)
+        q = session.consumers[c]
+        return Subscription(c, q, q.temporary, session)
 
     def dead_letter_acknowledged(self, message: Message, reason: str, detail: str = "") -> None:
         """Dead-letter a copy of a message its consumer already took (auto-acknowledged)
@@ -424,9 +385,8 @@ class Engine:
         self.post.persistence.write(ops, False)
 
     def unsubscribe(self, sub: Subscription, *, delete_durable: bool = False) -> None:
-        sub.consumer.close()
-        if (sub.temporary or delete_durable) and sub.queue.name in self.post.queues:
-            self.post.delete_queue(sub.queue.name)
+        sub.session.unsubscribe(sub.consumer, delete_durable=delete_durable)
+        sub.session.close()
 
     def create_queue(self, name: str, address: str | None = None, **kw: object) -> Queue:
         return self.post.create_queue(name, address, **kw)  # type: ignore[arg-type]

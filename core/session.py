@@ -315,8 +315,10 @@ class Session:
                 if window is None
                 else window
             )
-            if w <= 0 or (w > limits.max_window and self.principal is not SYSTEM):
-                w = limits.max_window  # (a bridge's window is the operator's, not a client's)
+            if self.principal is SYSTEM:  # the node's own window (a bridge's, the operator's)
+                w = max(0, w)
+            elif w <= 0 or w > limits.max_window:
+                w = limits.max_window
         else:
             w = 0
         try:
