@@ -106,6 +106,7 @@ class Engine:
         self._reaper: asyncio.Task[None] | None = None
         self.started = False
         self.sessions: dict[str, Session] = {}  # open client sessions, by id
+        self.no_local_subscriptions = 0  # made so far; while 0, sends skip the no-local mark
         self._sessions_of: Counter[str] = Counter()  # open sessions per user name
 
     @property
@@ -323,14 +324,14 @@ class Engine:
         *,
         routing: str | None = None,
         tx: Transaction | None = None,
-        **origin: object,
+        origin: dict[str, object] | None = None,
     ) -> asyncio.Future[None] | None:
         """Route a message.  A returned future resolves when a durable message is on disk."""
         if tx is not None:
             self.post.check_storable(msg)  # refused at SEND, never half-way through a commit
             tx.add_send(msg)
             return None
-        return self.post.send(msg, routing, **origin)
+        return self.post.send(msg, routing, origin)
 
     def blocked(self, address: str) -> asyncio.Future[None] | None:
         return self.post.blocked(address)

@@ -306,7 +306,7 @@ class _Field(Generic[T]):
         if s is None:
             if value is None:
                 return
-            s = obj._std = [None] * len(_FIELD_INDEX)
+            s = obj._std = [None] * len(FIELD_INDEX)
         s[self.index] = value  # type: ignore[call-overload]
 
 
@@ -374,7 +374,7 @@ class Message:
         self._size = 0
         if fields:
             for name, value in fields.items():
-                if name not in _FIELD_INDEX:
+                if name not in FIELD_INDEX:
                     raise TypeError(f"Message has no standard field {name!r}")
                 setattr(self, name, value)
 
@@ -538,18 +538,20 @@ class Message:
             m.trace_id = t[10]
             std = t[11]
             if std:
-                if not isinstance(std, list) or len(std) != len(_FIELD_INDEX):
-                    raise ValueError(f"standard fields {std!r}: expected {len(_FIELD_INDEX)}")
+                if not isinstance(std, list) or len(std) != len(FIELD_INDEX):
+                    raise ValueError(f"standard fields {std!r}: expected {len(FIELD_INDEX)}")
                 m._std = std
         return m
 
 
-_FIELD_INDEX = {name: i for i, name in enumerate(STANDARD_FIELDS[:-1])}  # not trace_id
+#: each standard field's place in a message's ``_std`` list (trace_id has a slot of its own),
+#: for mappings that read every field of a message on the hot path
+FIELD_INDEX = {name: i for i, name in enumerate(STANDARD_FIELDS[:-1])}
 
 
-for _name, _i in _FIELD_INDEX.items():
+for _name, _i in FIELD_INDEX.items():
     assert getattr(Message, _name).index == _i, _name
-assert _FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
+assert FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
 
 
 class _PropertiesView(MutableMapping[str, PropertyValue]):

@@ -597,7 +597,7 @@ class PostOffice:
         return self._route_local(msg, ops)
 
     def send(
-        self, msg: Message, routing: str | None = None, **origin: Any
+        self, msg: Message, routing: str | None = None, origin: dict[str, Any] | None = None
     ) -> asyncio.Future[None] | None:
         """Route and persist one message; the future (if any) resolves once it is on disk.
         ``origin``: ``protocol`` and ``session`` of the producer, for the ``accepted`` event."""

@@ -145,6 +145,7 @@ class Session:
         self.closed = False
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
         self.routing = False  # this session's messages are being routed (for no-local)
+        self._origin = {"protocol": protocol, "session": self.id}  # for the accepted event
 
     # -- introspection (the admin API's session list) -------------------------------------
     @property
@@ -237,8 +238,10 @@ class Session:
         self, msg: Message, *, routing: str | None = None, tx: str | None = None
     ) -> asyncio.Future[None] | None:
         """Route ``msg``; the returned future resolves once a durable message is on disk."""
-        self._live()
-        self.check_send(msg.address, routing)
+        if self.closed:
+            raise SessionError("session is closed")
+        if not self._send_ok.get((msg.address, routing)):
+            self.check_send(msg.address, routing)
         if tx is not None:
             t = self._tx(tx)
             limits = self.engine.limits
@@ -256,13 +259,14 @@ class Session:
             t.bytes += msg.size()
             self.messages_in += 1
             return None
-        self.routing = True
+        self.messages_in += 1
+        if not self.engine.no_local_subscriptions:
+            return self.engine.send(msg, routing=routing, origin=self._origin)
+        self.routing = True  # a no-local subscription may be asking (see _SubscriptionFilter)
         try:
-            fut = self.engine.send(msg, routing=routing, protocol=self.protocol, session=self.id)
+            return self.engine.send(msg, routing=routing, origin=self._origin)
         finally:
             self.routing = False
-        self.messages_in += 1
-        return fut
 
     def blocked(self, address: str) -> asyncio.Future[None] | None:
         """A future while ``address`` is full under the BLOCK policy: stop reading until then."""
@@ -364,6 +368,8 @@ class Session:
             (lambda a: security.allowed(principal, Permission.CONSUME, a)) if guard else None,
             self if source.no_local else None,
         )
+        if source.no_local:
+            engine.no_local_subscriptions += 1  # sends mark themselves from now on
 
     def _temporary_queue(self) -> Queue:
         """A dynamic queue (AMQP dynamic source, a reply-to): named by the node, readable by
@@ -531,6 +537,10 @@ class Session:
         returns how many.  Accepted and modified outcomes may be part of a transaction."""
         if consumer.owner is not self:
             raise ConsumerError("that consumer belongs to another session")
+        if outcome is Outcome.ACCEPTED and not cumulative and tx is None:  # the common case
+            consumer.ack(tag)
+            consumer.queue.dispatch()
+            return 1
         t = self._tx(tx) if tx is not None else None
         tags = consumer.tags_through(tag) if cumulative else [tag]
         if not cumulative and not consumer.is_in_flight(tag):

@@ -42,6 +42,7 @@ from waystation.core.message import (
     DEFAULT_PRIORITY,
     DESTINATION,
     DUPLICATE_ID,
+    FIELD_INDEX,
     ORIGINAL_ADDRESS,
     ROUTE_TO_NODE,
     STRING,
@@ -99,8 +100,19 @@ _SPECIAL = CONTROL_HEADERS - {
     "content-length",
     "persistent",
 }
-# SEND header -> True: needs work (steering, fields, types), False: framing, only skipped
-_KINDS: dict[str, bool] = {k: k in _SPECIAL for k in CONTROL_HEADERS}
+# SEND header -> what it is: _FIELD a standard string field (copied on the way), _STEER needs
+# work (steering, ids, types), _FRAMING only skipped; a header not here is a property
+_FRAMING, _STEER, _FIELD = 0, 1, 2
+_KINDS: dict[str, int] = {
+    k: _FIELD if k in FIELD_HEADERS else _STEER if k in _SPECIAL else _FRAMING
+    for k in CONTROL_HEADERS
+}
+# MESSAGE headers of the standard fields, by their place in ``Message._std``
+_ID_SLOTS = tuple((FIELD_INDEX[f], h) for h, f in _TYPED_FIELDS.items())
+_STRING_SLOTS = tuple(
+    (FIELD_INDEX[f], h) for h, f in FIELD_HEADERS.items() if h not in _TYPED_FIELDS
+)
+_GROUP_SEQ_SLOT = FIELD_INDEX["group_sequence"]
 # MESSAGE headers that the frame owns: a property of that name is not sent as a header
 OWN_HEADERS = frozenset(
     (
@@ -137,22 +149,31 @@ def message_from_send(
     ``user_id`` of a SEND without a ``user-id`` header.  A ``user-id`` header is kept as the
     producer's claim, not checked: a bridge forwards the original producer's, under its own
     login.  ValueError, naming the header and the expected form, for a bad value; the
-    destination as sent is kept as the ``_WS_DESTINATION`` annotation."""
+    destination as sent is kept as the ``_WS_DESTINATION`` annotation when it is a plain name
+    (a prefixed form is what a subscriber prints anyway)."""
     props: dict[str, PropertyValue] = {}
     special = False
+    fields: list[tuple[str, str]] | None = None
     kinds = _KINDS
     for k, v in headers.items():
         kind = kinds.get(k)
         if kind is None:
             props[k] = v
+        elif kind == _FIELD:  # content-type and friends: common, so not "special"
+            if fields is None:
+                fields = []
+            fields.append((k, v))
         elif kind:
             special = True
     msg = Message(
         msg_id, address, body, props, headers.get("persistent") == "true", DEFAULT_PRIORITY, now
     )
+    if fields is not None:
+        for k, v in fields:
+            setattr(msg, FIELD_HEADERS[k], v)
     dest = headers.get("destination")
-    if dest is not None:
-        msg._ann = {DESTINATION: dest}  # the slot: no keyword call on the hot path
+    if dest == address:  # a plain name: kept, since a subscriber's form would add a prefix
+        msg._ann = {DESTINATION: dest}  # (a /queue/ or /topic/ form is what it prints anyway)
     if special:
         _apply_special(msg, headers, props, now)
     if user is not None and msg.user_id is None:
@@ -183,10 +204,6 @@ def _apply_special(
     if delay_name is not None:
         delay = _int_header(h, delay_name, -MAX_INT64, MAX_INT64)
         msg.scheduled = max(0, min(now + delay, MAX_INT64))
-    for header, field in FIELD_HEADERS.items():
-        v = h.get(header)
-        if v is not None:
-            setattr(msg, field, v)
     if MESSAGE_ID_HEADER in h:
         msg.message_id = h[MESSAGE_ID_HEADER]
     if GROUP_SEQ_HEADER in h:
@@ -290,20 +307,23 @@ def _fields(
     msg: Message, out: dict[str, str], types: list[tuple[str, str]] | None
 ) -> list[tuple[str, str]] | None:
     """The standard fields as headers; the types of non-string ids join ``types``."""
-    for header, field in _TYPED_FIELDS.items():
-        v = getattr(msg, field)
+    std = msg._std
+    if std is None:  # no standard field set
+        return types
+    for i, header in _ID_SLOTS:
+        v = std[i]
         if v is not None:
             out[header] = typed_text(v)
             if type(v) is not str:
                 types = types or []
                 types.append((header, type_name(v)))
-    for header, field in FIELD_HEADERS.items():
-        if field != "correlation_id":
-            v = getattr(msg, field)
-            if v is not None:
-                out[header] = v
-    if msg.group_sequence is not None:
-        out[GROUP_SEQ_HEADER] = str(msg.group_sequence)
+    for i, header in _STRING_SLOTS:
+        v = std[i]
+        if v is not None:
+            out[header] = v  # type: ignore[assignment]
+    seq = std[_GROUP_SEQ_SLOT]
+    if seq is not None:
+        out[GROUP_SEQ_HEADER] = str(seq)
     return types
 
 
