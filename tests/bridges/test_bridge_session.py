@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 
 import pytest
+from enginekit import RecordingSink
 from nodekit import free_port
 
 from waystation.bridges.backoff import RetryPolicy
@@ -30,34 +31,8 @@ from waystation.wire.stomp import Limits
 pytestmark = pytest.mark.timeout(60)
 
 
-class ListSink:
-    """An event sink keeping every record in memory."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, object]] = []
-
-    def emit(
-        self,
-        kind: str,
-        message_id: int,
-        address: str,
-        size: int,
-        queue: str | None = None,
-        **extra: object,
-    ) -> None:
-        self.records.append(
-            {"event": kind, "id": message_id, "address": address, "queue": queue, **extra}
-        )
-
-    def close(self) -> None:
-        return None
-
-    def of(self, kind: str) -> list[dict[str, object]]:
-        return [r for r in self.records if r["event"] == kind]
-
-
 class Sites:
-    def __init__(self, a: Engine, b: Engine, server: StompServer, events: ListSink) -> None:
+    def __init__(self, a: Engine, b: Engine, server: StompServer, events: RecordingSink) -> None:
         self.a, self.b, self.server, self.events = a, b, server, events
         self.stoppers: list[Callable[[], object]] = []
 
@@ -101,7 +76,7 @@ class Sites:
 async def sites(
     settings: dict[str, AddressSettings] | None = None, queues: list[QueueSpec] | None = None
 ) -> AsyncIterator[Sites]:
-    events = ListSink()
+    events = RecordingSink()
     a = Engine(
         EngineConfig(
             node_name="site-a",
@@ -148,7 +123,7 @@ def test_a_core_bridge_is_a_listed_system_session_until_it_stops(run):
             await until(lambda: br.status()["forwarded"] == 20)
             assert session.info()["messages_out"] == 20 and session.info()["consumers"] == 1
             forwarded = s.events.of("forwarded")
-            assert [r["id"] for r in forwarded] == [m.id for m in sent]
+            assert [r["message_id"] for r in forwarded] == [m.id for m in sent]
             assert {(r["peer"], r["queue"]) for r in forwarded} == {("site-b", "sf.site-b")}
             assert [r["trace_id"] for r in forwarded] == [m.trace_id for m in sent]
             await br.stop()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from waystation.core.consumer import Consumer, Delivery
 from waystation.core.engine import Engine, EngineConfig
+from waystation.core.events import EXTRA_FIELDS
 from waystation.core.settings import AddressSettings
 from waystation.core.store.journal import FileJournal
 
@@ -51,3 +52,31 @@ async def make_engine(
 async def settle(rounds: int = 3) -> None:
     for _ in range(rounds):
         await asyncio.sleep(0)
+
+
+class RecordingSink:
+    """An event sink that checks each call against the DESIGN §8 contract (extra keys from
+    ``EXTRA_FIELDS`` only) and keeps the records in memory."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, object]] = []
+
+    def emit(
+        self,
+        kind: str,
+        message_id: int,
+        address: str,
+        size: int,
+        queue: str | None = None,
+        **extra: object,
+    ) -> None:
+        assert set(extra) <= EXTRA_FIELDS, (kind, extra)
+        self.records.append(
+            {"event": kind, "message_id": message_id, "address": address, "queue": queue, **extra}
+        )
+
+    def of(self, kind: str) -> list[dict[str, object]]:
+        return [r for r in self.records if r["event"] == kind]
+
+    def close(self) -> None:
+        pass

@@ -4,7 +4,7 @@ the client or the broker, limits, and close() releasing everything — in proces
 from __future__ import annotations
 
 import pytest
-from enginekit import Collector, make_engine, settle
+from enginekit import Collector, RecordingSink, make_engine, settle
 
 from waystation.core.consumer import Consumer, ConsumerError
 from waystation.core.limits import LimitExceeded, Limits
@@ -220,24 +220,11 @@ def test_permissions_are_checked_against_the_queue_address(run):
     run(go())
 
 
-class Recorder:
-    """An event sink that keeps (kind, queue, extra) in memory."""
-
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str | None, dict[str, object]]] = []
-
-    def emit(self, kind, message_id, address, size, queue=None, **extra) -> None:  # noqa: ANN001
-        self.events.append((kind, queue, extra))
-
-    def close(self) -> None:
-        pass
-
-
 def test_released_and_redelivered_events(run):
     async def go():
         from waystation.core.engine import Engine
 
-        rec = Recorder()
+        rec = RecordingSink()
         eng = Engine(events=rec)
         await eng.start()
         s = eng.open_session(USER, "stomp", "here")
@@ -248,9 +235,9 @@ def test_released_and_redelivered_events(run):
         s.settle(c, h.deliveries[0].tag, Outcome.RELEASED)
         s.settle(c, h.deliveries[1].tag, Outcome.MODIFIED)
         await settle()
-        kinds = [(k, q, e.get("delivery_count")) for k, q, e in rec.events]
+        kinds = [(r["event"], r["queue"], r.get("delivery_count")) for r in rec.records]
         assert ("released", "q", 0) in kinds and ("redelivered", "q", 1) in kinds
-        accepted = [e for k, _, e in rec.events if k == "accepted"]
+        accepted = rec.of("accepted")
         assert accepted and all(e["protocol"] == "stomp" and e["session"] == s.id for e in accepted)
         await eng.stop()
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgpack
 import pytest
-from enginekit import Collector, make_engine, settle
+from enginekit import Collector, RecordingSink, make_engine, settle
 
 from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
 from waystation.core.filter import compile_filter
@@ -222,35 +222,9 @@ def test_selectors_read_standard_fields_and_annotations() -> None:
         assert f is not None and f.matches(m), text
 
 
-class Events:
-    """An EventSink that checks the DESIGN §8 contract of every call and records it."""
-
-    EXTRA = {"trace_id", "durable", "delivery_count", "protocol", "session", "reason", "peer"}
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, object]] = []
-
-    def emit(
-        self,
-        kind: str,
-        message_id: int,
-        address: str,
-        size: int,
-        queue: str | None = None,
-        **extra: object,
-    ) -> None:
-        assert set(extra) <= self.EXTRA, (kind, extra)
-        self.records.append(
-            {"event": kind, "message_id": message_id, "address": address, "queue": queue, **extra}
-        )
-
-    def close(self) -> None:
-        pass
-
-
 def test_trace_id_is_set_once_and_kept_by_diverts_and_dead_letters(run) -> None:
     async def go() -> None:
-        events = Events()
+        events = RecordingSink()
         cfg = EngineConfig(
             node_name="site-a",
             queues=[QueueSpec("orders"), QueueSpec("urgent")],
