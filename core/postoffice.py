@@ -459,7 +459,9 @@ class PostOffice:
             node, local = split_remote(address)
             if node == self.node_name:
                 msg.address = address = local
-            else:
+            else:  # for another node: accepted here, then stored to forward
+                if self.events is not None and depth == 0:
+                    emit_message(self.events, ACCEPTED, msg, **(origin or {}))
                 return self._route_remote(msg, node or "", local, ops)
         dup = msg.duplicate_id()
         if dup is not None and dup in self.dup_cache(address):
