@@ -359,7 +359,13 @@ class WaystationBroker(Broker):
 
     def command(self) -> list[str]:
         """The spawn command line."""
-        return [self.python, "-m", "waystation.gateway.cli", "run", *([self.config] if self.config else [])]
+        return [
+            self.python,
+            "-m",
+            "waystation.gateway.cli",
+            "run",
+            *([self.config] if self.config else []),
+        ]
 
     def _log_tail(self, lines: int = 25) -> str:
         if not self.workdir:
@@ -1186,7 +1192,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--port", type=int, default=STOMP_PORT, help="STOMP port (peers always use 61613)"
     )
-    ap.add_argument("--config", help="waystation: config file passed to `waystation.gateway.cli run`")
+    ap.add_argument(
+        "--config", help="waystation: config file passed to `waystation.gateway.cli run`"
+    )
     ap.add_argument(
         "--keep-data", action="store_true", help="waystation: keep the temp working dir"
     )

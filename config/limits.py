@@ -51,6 +51,18 @@ class LimitsConfig(Section):
         description="Auto-created queues and addresses on the node; past it, sends and subscriptions that would create one are refused.",
     )
 
+    max_state_size: Size = Field(
+        default=size("1MiB"),
+        description="Largest value a protocol saves for one client between connections (an "
+        "MQTT persistent session's subscriptions, its QoS 2 packet ids).",
+    )
+    max_retained: int = Field(
+        default=_D.max_retained,
+        ge=0,
+        description="Retained messages on the node (one per address at most); past it, a "
+        "retained send to an address without one is refused.",
+    )
+
     def engine_limits(self) -> Limits:
         return Limits(
             max_sessions_per_user=self.max_sessions_per_user,
@@ -61,4 +73,6 @@ class LimitsConfig(Section):
             max_transaction_messages=self.max_transaction_messages,
             max_transaction_bytes=self.max_transaction_size,
             max_auto_created=self.max_auto_created,
+            max_state_bytes=self.max_state_size,
+            max_retained=self.max_retained,
         )

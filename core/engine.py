@@ -16,16 +16,26 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from waystation.core.client_state import ClientStates
 from waystation.core.consumer import Consumer, DeliveryHandler, MessageRef
 from waystation.core.divert import Divert, load_transformer
 from waystation.core.events import EventSink
 from waystation.core.filter import compile_filter
 from waystation.core.limits import DEFAULT_LIMITS, LimitExceeded, Limits
-from waystation.core.message import DEFAULT_PRIORITY, IdGenerator, Message, PropertyValue, now_ms
+from waystation.core.message import (
+    DEFAULT_PRIORITY,
+    RETAINED,
+    IdGenerator,
+    Message,
+    PropertyValue,
+    now_ms,
+)
 from waystation.core.persistence import Persistence
 from waystation.core.postoffice import PostOffice
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
+from waystation.core.retained import RetainedMessages
 from waystation.core.security import SYSTEM, Principal, SecurityManager
 from waystation.core.session import CreditMode, Session, Source
 from waystation.core.settings import DEFAULTS, AddressSettings, SettingsRepository
@@ -108,6 +118,8 @@ class Engine:
         self.sessions: dict[str, Session] = {}  # open client sessions, by id
         self.no_local_subscriptions = 0  # made so far; while 0, sends skip the no-local mark
         self._sessions_of: Counter[str] = Counter()  # open sessions per user name
+        self.retained = RetainedMessages()
+        self.client_states = ClientStates()
 
     @property
     def limits(self) -> Limits:
@@ -196,6 +208,12 @@ class Engine:
             cleanup.append(delete(mid))
         for rid, address, dup in sorted(state.duplicates):
             post.restore_duplicate(rid, address, dup)
+        for rid, msg in sorted(state.retained, key=lambda r: r[0]):
+            if (old := self.retained.put(msg, rid)) != 0:
+                cleanup.append(delete(old))  # left by a replacement cut short
+        for rid, scope, key, value in sorted(state.states, key=lambda r: r[0]):
+            if (old := self.client_states.put(scope, key, value, rid)) != 0:
+                cleanup.append(delete(old))
         if cleanup:
             self.persistence.write(cleanup, False)
         for d in cfg.diverts:
@@ -401,6 +419,66 @@ class Engine:
             self.post.delete_queue(q.name)
 
     # -- transactions ---------------------------------------------------------------------
+    # -- retained messages and client state (see core/retained.py, core/client_state.py) --
+    def retain(self, msg: Message) -> asyncio.Future[None] | None:
+        """Keep ``msg`` as its address's retained message (an empty body clears it)."""
+        persistence = self.persistence
+        ops: list[Op] = []
+        if not msg.body:
+            old = self.retained.clear(msg.address)
+        else:
+            limit = self.limits.max_retained
+            if len(self.retained) >= limit and not self.retained.has(msg.address):
+                raise LimitExceeded("max_retained", f"the node holds {limit} retained messages")
+            durable = msg.durable and persistence.enabled
+            rid = self.ids() if durable else 0
+            if durable:
+                ops.append(persistence.retained_op(rid, msg))
+            old = self.retained.put(msg, rid)
+        if old:
+            ops.append(delete(old))
+        return persistence.write_bindings(ops, True)
+
+    def retained_into(self, queue: Queue, pattern: str) -> int:
+        """Put a copy of every retained message matching ``pattern`` into ``queue``
+        (marked :data:`RETAINED`); how many went in."""
+        found, expired = self.retained.matching(pattern)
+        ops: list[Op] = [delete(rid) for rid in expired]
+        n = 0
+        post = self.post
+        for msg in found:
+            if queue.filter is not None and not queue.filter.matches(msg):
+                continue
+            copy = msg.copy(self.ids())
+            copy.annotations[RETAINED] = True
+            post.enqueue(copy, queue, ops)
+            n += 1
+        self.persistence.write(ops, False)
+        if n:
+            queue.dispatch()
+        return n
+
+    def load_state(self, scope: str, key: str) -> Any:
+        return self.client_states.get(scope, key)
+
+    def save_state(self, scope: str, key: str, value: Any) -> asyncio.Future[None] | None:
+        persistence = self.persistence
+        rid = self.ids()
+        op = persistence.state_op(rid, scope, key, value)  # fails here if not msgpack data
+        limit = self.limits.max_state_bytes
+        if len(op.data) > limit:
+            raise LimitExceeded(
+                "max_state_bytes", f"state {key!r} of {len(op.data)} bytes is over {limit}"
+            )
+        old = self.client_states.put(scope, key, value, rid)
+        ops = [op, delete(old)] if old else [op]
+        return persistence.write_bindings(ops, True)
+
+    def drop_state(self, scope: str, key: str) -> None:
+        old = self.client_states.drop(scope, key)
+        if old:
+            self.persistence.write_bindings([delete(old)], False)
+
     def begin(self, tx_id: str = "") -> Transaction:
         return Transaction(tx_id or uuid.uuid4().hex)
 

@@ -28,6 +28,8 @@ class Limits:
     max_transaction_messages: int = 10000
     max_transaction_bytes: int = 64 * 1024 * 1024
     max_auto_created: int = 10000  # auto-created queues and addresses on the node
+    max_state_bytes: int = 1024 * 1024  # one saved value of a client's state (MQTT session)
+    max_retained: int = 100000  # retained messages on the node
 
 
 DEFAULT_LIMITS = Limits()

@@ -104,6 +104,7 @@ ROUTE_TO_NODE = "_WS_ROUTE_TO_NODE"
 DIVERT_PATH = "_WS_DIVERT_PATH"
 # the destination as the producer named it (e.g. a STOMP SEND's ``destination``), so a
 # consumer can be shown the same string; private: not visible through ``properties``
+RETAINED = "_WS_RETAINED"  # a retained message handed to a new subscription
 DESTINATION = "_WS_DESTINATION"
 
 # the annotations (the first journal format kept them among the properties)

@@ -1,7 +1,8 @@
 """How engine state maps onto journal records, and back on recovery.
 
 Records: a message (its id is the record id), a reference of a message in a durable queue
-(with its delivery count), a durable queue definition, and a duplicate id.  A message record
+(with its delivery count), a durable queue definition, a duplicate id, a retained message
+and a client's saved state (those three in the bindings journal).  A message record
 is deleted together with its last reference, in the same atomic batch.  Queue definitions go
 to a separate, small bindings journal (as in HornetQ): they live for long, and in the message
 journal every file holding one could never be reclaimed without a compaction.
@@ -24,6 +25,8 @@ RT_MESSAGE = 1
 RT_REF = 2
 RT_QUEUE = 3
 RT_DUPLICATE = 4
+RT_RETAINED = 5  # (address, encoded message)
+RT_STATE = 6  # (scope, key, value)
 
 _pack = msgpack.Packer(use_bin_type=True).pack
 
@@ -73,6 +76,8 @@ class RecoveredState:
     duplicates: list[tuple[int, str, str | bytes]] = field(
         default_factory=list
     )  # (rid, address, id)
+    retained: list[tuple[int, Message]] = field(default_factory=list)  # (rid, message)
+    states: list[tuple[int, str, str, object]] = field(default_factory=list)  # (rid, scope, key, v)
     max_id: int = 0
     report: RecoveryReport = field(default_factory=RecoveryReport)
 
@@ -118,6 +123,14 @@ class Persistence:
     @staticmethod
     def duplicate_op(rid: int, address: str, dup_id: str | bytes) -> Op:
         return put(rid, RT_DUPLICATE, _pack((address, dup_id)))
+
+    @staticmethod
+    def retained_op(rid: int, msg: Message) -> Op:
+        return put(rid, RT_RETAINED, msg.encode())
+
+    @staticmethod
+    def state_op(rid: int, scope: str, key: str, value: object) -> Op:
+        return put(rid, RT_STATE, _pack((scope, key, value)))
 
     def write(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:
@@ -171,6 +184,12 @@ class Persistence:
                     dup = _unpack(r.data)
                     assert isinstance(dup, list) and len(dup) == 2
                     state.duplicates.append((rid, str(dup[0]), dup[1]))
+                elif r.rtype == RT_RETAINED:
+                    state.retained.append((rid, Message.decode(r.data)))
+                elif r.rtype == RT_STATE:
+                    st = _unpack(r.data)
+                    assert isinstance(st, list) and len(st) == 3
+                    state.states.append((rid, str(st[0]), str(st[1]), st[2]))
                 else:
                     state.report.corrupt.append(f"record {rid}: unknown record type {r.rtype}")
             except Exception as e:  # a record that does not decode is reported, not loaded

@@ -570,6 +570,19 @@ class PostOffice:
                 emit_message(self.events, DROPPED, msg, reason=NO_ROUTE)
         return sync
 
+    def enqueue(self, msg: Message, q: Queue, ops: list[Op]) -> None:
+        """Put ``msg`` (new, not routed) into ``q`` alone, stored if both are durable."""
+        if msg.trace_id is None:
+            msg.trace_id = f"{self.node_name}/{msg.id}"
+        rid = 0
+        if msg.durable and q.durable:
+            rid = self.ids()
+            ops.append(self.persistence.message_op(msg, self._encode(msg)))
+            ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
+        q.add(MessageRef(msg, q, rid), dispatch=False)
+        if self.events is not None:
+            emit_message(self.events, ROUTED, msg, q.name)
+
     def _auto_create(self, address: str, routing: str | None) -> list[Queue]:
         info = self.addresses.get(address)
         kind = routing or (info.routing if info else ANYCAST)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from waystation.core.address import is_wildcard
 from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler
@@ -145,7 +145,10 @@ class Session:
         self.closed = False
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
         self.routing = False  # this session's messages are being routed (for no-local)
-        self._origin = {"protocol": protocol, "session": self.id}  # for the accepted event
+        self._origin: dict[str, object] = {
+            "protocol": protocol,
+            "session": self.id,
+        }  # for the accepted event
 
     # -- introspection (the admin API's session list) -------------------------------------
     @property
@@ -235,11 +238,24 @@ class Session:
             self._send_ok[key] = True
 
     def send(
-        self, msg: Message, *, routing: str | None = None, tx: str | None = None
+        self,
+        msg: Message,
+        *,
+        routing: str | None = None,
+        tx: str | None = None,
+        retain: bool = False,
     ) -> asyncio.Future[None] | None:
-        """Route ``msg``; the returned future resolves once a durable message is on disk."""
+        """Route ``msg``; the returned future resolves once a durable message is on disk.
+        ``retain``: also keep it as its address's retained message (an empty body clears
+        that), handed to later subscriptions by :meth:`send_retained`."""
         if self.closed:
             raise SessionError("session is closed")
+        if retain:
+            if tx is not None:
+                raise SessionError("a retained message cannot be part of a transaction")
+            routed = self.send(msg, routing=routing)
+            kept = self.engine.retain(msg.copy(self.engine.ids()))
+            return _both(routed, kept)
         if not self._send_ok.get((msg.address, routing)):
             self.check_send(msg.address, routing)
         if tx is not None:
@@ -379,6 +395,32 @@ class Session:
         return self.engine.post.create_queue(
             name, name, ANYCAST, durable=False, temporary=True, owner=self
         )
+
+    def send_retained(self, consumer: Consumer) -> int:
+        """Queue for ``consumer`` a copy of each retained message its subscription matches
+        (marked with the ``RETAINED`` annotation); how many."""
+        q = self.consumers.get(consumer)
+        if q is None:
+            raise ConsumerError("that consumer belongs to another session")
+        return self.engine.retained_into(q, q.address)
+
+    # -- what the protocol keeps for this client between connections -------------------------
+    def _scope(self) -> str:
+        if not self.client_id:
+            raise SessionError("saved state needs a client id")
+        return f"{self.protocol}/{self.client_id}"
+
+    def load_state(self, key: str) -> Any:
+        """What :meth:`save_state` kept for this protocol and client id (None if nothing)."""
+        return self.engine.load_state(self._scope(), key)
+
+    def save_state(self, key: str, value: Any) -> asyncio.Future[None] | None:
+        """Keep msgpack data for this client across connections and restarts; the future
+        resolves once it is on disk (bounded by ``max_state_bytes``)."""
+        return self.engine.save_state(self._scope(), key, value)
+
+    def drop_state(self, key: str) -> None:
+        self.engine.drop_state(self._scope(), key)
 
     def address_of(self, consumer: Consumer) -> str:
         """The address a consumer reads (the node-chosen name of a temporary queue)."""
@@ -633,6 +675,20 @@ class Session:
             self.unsubscribe(c)
         self.engine.close_owner(self)
         self.engine.forget_session(self)
+
+
+def _both(
+    a: asyncio.Future[None] | None, b: asyncio.Future[None] | None
+) -> asyncio.Future[None] | None:
+    """One future for two writes (None when neither waits)."""
+    if a is None or b is None:
+        return a if b is None else b
+
+    async def both(a: asyncio.Future[None], b: asyncio.Future[None]) -> None:
+        await a
+        await b
+
+    return asyncio.ensure_future(both(a, b))
 
 
 __all__ = ["CreditMode", "Outcome", "Session", "SessionError", "Source"]

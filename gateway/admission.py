@@ -177,7 +177,7 @@ class _Login(Protocol):
     connected: bool
     closed: bool
 
-    def fail(self, message: str, detail: str = "", receipt_id: str | None = None) -> None: ...
+    def fail(self, message: str, detail: str = "") -> None: ...
 
 
 def connect_deadline(session: _Login, seconds: float) -> asyncio.TimerHandle | None:

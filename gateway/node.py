@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from waystation.bridges.manager import BridgeManager
-from waystation.config.units import to_ms
 from waystation.core.authentication import Authenticator, authenticator, install_authenticator
 from waystation.core.divert import DivertError
 from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
@@ -24,15 +23,15 @@ from waystation.core.queue import MULTICAST
 from waystation.core.security import Permission, SecurityManager, User
 from waystation.core.store.api import Journal
 from waystation.core.store.journal import FileJournal
+from waystation.gateway.adapters import ADAPTERS
 from waystation.gateway.admission import login_policy
 from waystation.gateway.http.server import HttpContext, HttpServer
-from waystation.gateway.stomp.server import ListenerLimits, StompServer
-from waystation.gateway.stomp.session import StompOptions
-from waystation.wire.stomp import Limits
+from waystation.gateway.stomp import stomp_options
+from waystation.gateway.stream import ListenerLimits, StreamServer
 
 if TYPE_CHECKING:
-    from waystation.config.listeners import StompAcceptor
     from waystation.config.schema import Config
+    from waystation.gateway.adapter import ProtocolAdapter, SessionOpener
 
 log = logging.getLogger("waystation.node")
 
@@ -97,20 +96,9 @@ def server_tls(tls: Any) -> ssl.SSLContext | None:
     return ctx
 
 
-def stomp_options(st: StompAcceptor) -> StompOptions:
-    """Session options from ``[acceptors.stomp]``; WebSocket and tunnel sessions share them."""
-    return StompOptions(
-        Limits(
-            max_frame_size=st.max_frame_size,
-            max_headers=st.max_headers,
-            max_header_length=st.max_header_length,
-            max_body_size=st.max_body_size,
-        ),
-        heartbeat_send_ms=to_ms(st.heartbeat_send),
-        heartbeat_receive_ms=to_ms(st.heartbeat_receive),
-        heartbeat_min_ms=to_ms(st.heartbeat_min),
-        connection_ttl=st.connection_ttl.total_seconds(),
-    )
+def opener(adapter: ProtocolAdapter, engine: Engine, acceptor: Any) -> SessionOpener:
+    """How a listener of ``adapter`` opens a session for a new connection."""
+    return lambda link: adapter.new_session(engine, link, acceptor)
 
 
 class Node:
@@ -167,27 +155,39 @@ class Node:
         t0 = time.monotonic()
         await self.engine.start()
         acc = self.cfg.acceptors
-        options = stomp_options(acc.stomp)
-        if acc.stomp.enabled:
-            ep = acc.stomp.endpoint
-            server = StompServer(
-                self.engine,
+        engine = self.engine
+        sessions = {name: opener(a, engine, getattr(acc, name)) for name, a in ADAPTERS.items()}
+        for name, adapter in ADAPTERS.items():
+            acceptor = getattr(acc, name)
+            if not acceptor.enabled:
+                continue
+            ep = acceptor.endpoint
+            server = StreamServer(
+                name,
+                sessions[name],
                 ep.host,
                 ep.port,
-                options,
-                server_tls(acc.stomp.tls),
-                limits=ListenerLimits.of(acc.stomp),
+                server_tls(acceptor.tls),
+                ListenerLimits.of(acceptor),
+                adapter.refusal,
             )
             await server.start()
             self.servers.append(server)
         if acc.http.enabled:
             ep = acc.http.endpoint
-            ctx = HttpContext(self.engine, acc.http, options, self.engine.config.data_dir)
+            ctx = HttpContext(
+                engine,
+                acc.http,
+                stomp_options(acc.stomp),
+                engine.config.data_dir,
+                sessions,
+                ADAPTERS,
+            )
             http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
             await http.start()
             self.servers.append(http)
         for name in ("amqp", "mqtt"):
-            if getattr(acc, name).enabled:
+            if name not in ADAPTERS and getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
         await self.bridges.start()
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
@@ -195,10 +195,7 @@ class Node:
     def ports(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for s in self.servers:
-            if isinstance(s, HttpServer):
-                out["http"] = s.bound_port()
-            elif s.server is not None and s.server.sockets:
-                out["stomp"] = s.server.sockets[0].getsockname()[1]
+            out["http" if isinstance(s, HttpServer) else s.name] = s.bound_port()
         return out
 
     def bridge_status(self) -> list[dict[str, object]]:

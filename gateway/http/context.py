@@ -3,7 +3,7 @@ listener that mounts them (:mod:`.server`) do not import each other."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,17 +14,21 @@ from waystation.gateway.stomp.session import StompOptions
 
 if TYPE_CHECKING:
     from waystation.config.listeners import HttpAcceptor
+    from waystation.gateway.adapter import ProtocolAdapter, SessionOpener
 
 
 @dataclass(slots=True)
 class HttpContext:
-    """What the HTTP features share: the engine, their config, and STOMP session options
-    (WebSocket, tunnel and SockJS sessions are STOMP sessions like TCP ones)."""
+    """What the HTTP features share: the engine, their config, STOMP session options (for
+    SockJS) and how to open a session of each stream protocol (WebSocket and the tunnel)."""
 
     engine: Engine
     cfg: HttpAcceptor
     stomp: StompOptions
     data_dir: Path | None  # None: persistence off (durable push registrations kept in memory)
+    # a new session of each stream protocol, by adapter name (WebSocket and tunnel carry them)
+    sessions: dict[str, SessionOpener] = field(default_factory=dict)
+    adapters: dict[str, ProtocolAdapter] = field(default_factory=dict)
 
 
 CONTEXT = web.AppKey("context", HttpContext)

@@ -31,7 +31,7 @@ from waystation.gateway.admission import Admission, peer_host
 from waystation.gateway.http import rest, sockjs, tunnel
 from waystation.gateway.http.context import CONTEXT, HttpContext, read_body
 from waystation.gateway.stomp.session import SERVER_NAME
-from waystation.gateway.websocket import stomp_ws
+from waystation.gateway.websocket import streams
 
 log = logging.getLogger("waystation.http")
 
@@ -205,7 +205,7 @@ class HttpServer:
         if cfg.rest.enabled:
             rest.setup(self.app, ctx)
         if cfg.websocket.enabled:
-            stomp_ws.setup(self.app, ctx)
+            streams.setup(self.app, ctx)
         if cfg.tunnel.enabled:
             tunnel.setup(self.app, ctx)
         if cfg.sockjs.enabled:

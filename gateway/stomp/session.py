@@ -49,6 +49,8 @@ DURABLE_NAME_HEADERS = (
     "durable-subscriber-name",
 )
 WINDOW_HEADERS = ("prefetch-count", "activemq.prefetchSize", "consumer-window-size")
+
+
 @dataclass(slots=True)
 class StompOptions:
     limits: Limits

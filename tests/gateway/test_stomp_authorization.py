@@ -130,7 +130,9 @@ def test_a_subscription_queue_cannot_be_read_as_a_plain_queue(node):
     admin, _ = connect(node.stomp_port, login="admin", passcode="a", **{"client-id": "orders"})
     admin.subscribe("/topic/admin.news", id="1", headers={"durable-subscription-name": "spy"})
     r = raw(node, "app", "secret")
-    refused(r, b"SUBSCRIBE\nid:1\ndestination:/queue/orders.spy\n\n\x00", "subscribe to the address")
+    refused(
+        r, b"SUBSCRIBE\nid:1\ndestination:/queue/orders.spy\n\n\x00", "subscribe to the address"
+    )
     admin.disconnect()
 
 
@@ -151,7 +153,9 @@ def test_prefetch_is_capped_by_max_window(node):
     app, lst = connect(node.stomp_port, login="app", passcode="secret")
     for i in range(80):
         app.send(f"/queue/{q}", str(i))
-    app.subscribe(f"/queue/{q}", id="1", ack="client-individual", headers={"prefetch-count": "100000"})
+    app.subscribe(
+        f"/queue/{q}", id="1", ack="client-individual", headers={"prefetch-count": "100000"}
+    )
     assert len(lst.wait_messages(50)) == 50
     assert not lst.wait(lambda: len(lst.messages) > 50, timeout=1.0)
     app.disconnect()

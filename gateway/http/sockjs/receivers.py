@@ -34,7 +34,7 @@ from waystation.gateway.admission import REFUSAL_DELAY
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.headers import JAVASCRIPT, cors, forbidden, no_cache, requester
 from waystation.gateway.http.sockjs.session import Sessions, SockJsSession
-from waystation.gateway.websocket.stomp_ws import client_gone, peer_of
+from waystation.gateway.websocket.streams import client_gone, peer_of
 
 GONE_CHECK = 1.0  # seconds between looks at whether an idle request's client is still there
 CALLBACK = re.compile(r"[A-Za-z0-9_.\-]+")

@@ -21,8 +21,9 @@ from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.textlink import TextLink
 from waystation.gateway.queued_link import feed
+from waystation.gateway.stomp import ADAPTER as STOMP
 from waystation.gateway.stomp.session import StompSession
-from waystation.gateway.websocket.stomp_ws import SUBPROTOCOLS, finish, input_resumed, peer_of
+from waystation.gateway.websocket.streams import finish, input_resumed, peer_of
 
 log = logging.getLogger("waystation.sockjs")
 
@@ -70,7 +71,7 @@ def handlers(
         if refused is not None:
             return refused
         ws = web.WebSocketResponse(
-            protocols=SUBPROTOCOLS, max_msg_size=max_size, compress=False, autoping=True
+            protocols=STOMP.subprotocols, max_msg_size=max_size, compress=False, autoping=True
         )
         await ws.prepare(request)
         sockets.add(ws)

@@ -40,7 +40,6 @@ from __future__ import annotations
 from aiohttp import web
 
 from waystation.gateway.http.context import HttpContext
-from waystation.gateway.http.tunnel.protocols import StreamSession, register
 from waystation.gateway.http.tunnel.registry import Registry
 from waystation.gateway.http.tunnel.routes import Routes
 
@@ -68,4 +67,4 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     app.on_shutdown.append(stop)
 
 
-__all__ = ["REGISTRY", "StreamSession", "register", "setup"]
+__all__ = ["REGISTRY", "setup"]

@@ -26,7 +26,6 @@ import time
 
 from waystation.gateway.admission import Places
 from waystation.gateway.http.context import HttpContext
-from waystation.gateway.http.tunnel.protocols import PROTOCOLS
 from waystation.gateway.http.tunnel.session import LINK_HIGH, LINK_LOW, TunnelSession
 from waystation.gateway.queued_link import QueuedLink
 
@@ -62,13 +61,13 @@ class Registry:
     def open(self, protocol: str, peer: str, host: str = "?") -> TunnelSession:
         """A new session running ``protocol`` for a client at ``host`` (KeyError if the
         protocol is not registered, Full when a session limit is reached)."""
-        factory = PROTOCOLS[protocol]
+        new_session = self.ctx.sessions[protocol]
         refusal = self.places.refusal(host)
         if refusal is not None:
             raise Full(refusal, per_address=not self.places.full)
         sid = secrets.token_urlsafe(16)
         link = QueuedLink(peer, high=LINK_HIGH, low=LINK_LOW)  # the login throttle counts peer
-        stream = factory(self.ctx, link)
+        stream = new_session(link)
         link.target = stream
         session = TunnelSession(
             sid, protocol, link, stream, self.response_time, host, secrets.token_urlsafe(32)

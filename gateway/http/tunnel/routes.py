@@ -8,10 +8,9 @@ from aiohttp import web
 
 from waystation.gateway.admission import REFUSAL_DELAY
 from waystation.gateway.http.context import read_body
-from waystation.gateway.http.tunnel.protocols import PROTOCOLS, known
 from waystation.gateway.http.tunnel.registry import Full, Registry
 from waystation.gateway.http.tunnel.session import Ended, TunnelSession
-from waystation.gateway.websocket.stomp_ws import peer_of
+from waystation.gateway.websocket.streams import peer_of
 from waystation.wire.tunnel import (
     CONTENT_TYPE,
     H_CLOSED,
@@ -73,9 +72,10 @@ class Routes:
 
     async def open(self, request: web.Request) -> web.Response:
         protocol = request.query.get(PARAM_PROTOCOL)
-        if protocol not in PROTOCOLS:
+        known = self.registry.ctx.sessions
+        if protocol not in known:
             what = "missing" if protocol is None else f"unknown protocol {protocol[:40]!r}"
-            return _text(400, f"{PARAM_PROTOCOL}: {what}; known: {known()}")
+            return _text(400, f"{PARAM_PROTOCOL}: {what}; known: {', '.join(sorted(known))}")
         try:
             session = self.registry.open(protocol, peer_of(request), request.remote or "?")
         except Full as e:

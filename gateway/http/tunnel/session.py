@@ -20,7 +20,7 @@ import asyncio
 import hmac
 import time
 
-from waystation.gateway.http.tunnel.protocols import StreamSession
+from waystation.gateway.adapter import StreamSession
 from waystation.gateway.queued_link import SLICE, QueuedLink
 from waystation.wire.tunnel import DownstreamSender, UpstreamReceiver
 

@@ -1,10 +1,12 @@
-"""STOMP over WebSocket at ``/stomp``: the TCP session, fed WebSocket messages.
+"""Stream protocols over WebSocket: each adapter's session, fed WebSocket messages.
 
-Subprotocols ``v12.stomp``, ``v11.stomp`` and ``v10.stomp`` are offered (a client that asks
-for none is served too, as RabbitMQ does).  Frames written during one loop turn leave as
-one WebSocket message; stomp.js and the STOMP parsers of other clients read several frames
-from one message.  A message is sent as text when it is valid UTF-8, otherwise as binary.
-A large incoming message is fed to the session in slices, one per loop turn.
+STOMP is at ``websocket.stomp_path`` (``/stomp``), every other protocol at ``/<name>``
+(``/amqp``, ``/mqtt``), each offering its adapter's subprotocols (``v12.stomp``...; ``amqp``;
+``mqtt``; a client that asks for none is served too, as RabbitMQ does).  What a session
+writes during one loop turn leaves as one WebSocket message; STOMP parsers read several
+frames from one message, and AMQP and MQTT are byte streams anyway.  For STOMP a message
+is sent as text when it is valid UTF-8, otherwise (and always for the binary protocols) as
+binary.  A large incoming message is fed to the session in slices, one per loop turn.
 """
 
 from __future__ import annotations
@@ -13,17 +15,21 @@ import asyncio
 import functools
 import logging
 import weakref
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from aiohttp import WSMsgType, web
 
+from waystation.gateway.adapter import ProtocolAdapter, StreamSession
 from waystation.gateway.admission import connect_deadline, peer_text
 from waystation.gateway.http.context import HttpContext
 from waystation.gateway.queued_link import SLICE, QueuedLink, feed
-from waystation.gateway.stomp.session import StompSession
+
+if TYPE_CHECKING:
+    from waystation.config.listeners import WebSocketConfig
 
 log = logging.getLogger("waystation.websocket")
 
-SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 GONE_CHECK = 1.0  # seconds between looks at the socket while the session's input is held
 
 
@@ -55,17 +61,20 @@ async def input_resumed(link: QueuedLink, request: web.Request) -> bool:
     return not link.closing
 
 
-async def _pump(ws: web.WebSocketResponse, link: QueuedLink) -> None:
-    """Send what the session writes, one WebSocket message per batch."""
+async def _pump(ws: web.WebSocketResponse, link: QueuedLink, text: bool = True) -> None:
+    """Send what the session writes, one WebSocket message per batch (``text``: as a text
+    message when the batch is UTF-8)."""
     while True:
         await link.wait()
         data = link.take()
         if data:
-            try:
-                data.decode()
-                opcode = WSMsgType.TEXT
-            except UnicodeDecodeError:
-                opcode = WSMsgType.BINARY
+            opcode = WSMsgType.BINARY
+            if text:
+                try:
+                    data.decode()
+                    opcode = WSMsgType.TEXT
+                except UnicodeDecodeError:
+                    pass
             await ws.send_frame(data, opcode)
         if link.closing and not link.pending:
             await ws.close()
@@ -73,7 +82,7 @@ async def _pump(ws: web.WebSocketResponse, link: QueuedLink) -> None:
 
 
 async def finish(
-    ws: web.WebSocketResponse, link: QueuedLink, session: StompSession, pump: asyncio.Future[None]
+    ws: web.WebSocketResponse, link: QueuedLink, session: StreamSession, pump: asyncio.Future[None]
 ) -> None:
     """End a session whose socket is done: let the pump send what is queued (2 s at most),
     then close the socket."""
@@ -89,25 +98,45 @@ async def finish(
 
 
 def setup(app: web.Application, ctx: HttpContext) -> None:
+    """A WebSocket path for each stream protocol the context carries."""
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()
     cfg = ctx.cfg.websocket
+    for name, new_session in ctx.sessions.items():
+        adapter = ctx.adapters[name]
+        path = getattr(cfg, f"{name}_path", f"/{name}")
+        app.router.add_get(path, _handler(adapter, new_session, cfg, sockets))
+
+    async def close_all(app: web.Application) -> None:
+        for ws in list(sockets):
+            await ws.close(code=1001, message=b"server shutdown")
+
+    app.on_shutdown.append(close_all)
+
+
+def _handler(
+    adapter: ProtocolAdapter,
+    new_session: Callable[[QueuedLink], StreamSession],
+    cfg: WebSocketConfig,
+    sockets: weakref.WeakSet[web.WebSocketResponse],
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    refused = f"this path takes WebSocket upgrades ({adapter.name.upper()})\n"
 
     async def handle(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
-            protocols=SUBPROTOCOLS,
+            protocols=adapter.subprotocols,
             max_msg_size=cfg.max_message_size,
             compress=False,
             autoping=True,
         )
         if not ws.can_prepare(request).ok:
-            raise web.HTTPBadRequest(text="this path takes WebSocket upgrades (STOMP)\n")
+            raise web.HTTPBadRequest(text=refused)
         await ws.prepare(request)
         sockets.add(ws)
         link = QueuedLink(peer_of(request))
-        session = StompSession(ctx.engine, link, ctx.stomp)
+        session = new_session(link)
         link.target = session
         login = connect_deadline(session, cfg.connect_timeout.total_seconds())
-        pump = asyncio.ensure_future(_pump(ws, link))
+        pump = asyncio.ensure_future(_pump(ws, link, adapter.text_frames))
         resumed = functools.partial(input_resumed, link, request)
         reading = link.reading
         try:
@@ -130,12 +159,4 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
             await finish(ws, link, session, pump)
         return ws
 
-    async def close_all(app: web.Application) -> None:
-        for ws in list(sockets):
-            await ws.close(code=1001, message=b"server shutdown")
-
-    app.router.add_get(cfg.stomp_path, handle)
-    app.on_shutdown.append(close_all)
-
-
-__all__ = ["SUBPROTOCOLS", "client_gone", "finish", "input_resumed", "peer_of", "setup"]
+    return handle

@@ -1,0 +1,10 @@
+"""The protocol adapters this build carries, by name (one line each; see gateway/adapter.py)."""
+
+from __future__ import annotations
+
+from waystation.gateway.adapter import ProtocolAdapter
+from waystation.gateway.stomp import ADAPTER as STOMP
+
+ADAPTERS: dict[str, ProtocolAdapter] = {a.name: a for a in (STOMP,)}
+
+__all__ = ["ADAPTERS"]
