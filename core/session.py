@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
@@ -395,6 +395,18 @@ class Session:
         return self.engine.post.create_queue(
             name, name, ANYCAST, durable=False, temporary=True, owner=self
         )
+
+    def browse(self, queue: str, selector: str | None = None) -> Iterator[Message]:
+        """The messages waiting in ``queue`` (matching ``selector``), in delivery order,
+        without taking them (AMQP ``distribution-mode = copy``; needs BROWSE permission).
+        A snapshot of the moment of the call: an adapter hands them out as credit allows."""
+        self._live()
+        self._name(queue)
+        q = self.engine.queue(queue)
+        if q is None:
+            raise SessionError(f"queue {queue!r} does not exist")
+        self._check(Permission.BROWSE, q.address)
+        return iter(list(q.browse(compile_filter(selector))))
 
     def send_retained(self, consumer: Consumer) -> int:
         """Queue for ``consumer`` a copy of each retained message its subscription matches

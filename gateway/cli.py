@@ -39,6 +39,7 @@ def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
 
 
 async def _serve(cfg) -> int:  # noqa: ANN001
+    from waystation.gateway.gc_policy import tune_for_serving
     from waystation.gateway.node import Node, NodeError
 
     try:
@@ -57,6 +58,7 @@ async def _serve(cfg) -> int:  # noqa: ANN001
         log.error("cannot start: %s", e)
         await node.stop()
         return 1
+    tune_for_serving()
     await stop.wait()
     log.info("stopping")
     await node.stop()

@@ -154,3 +154,32 @@ def test_client_state_is_bounded(run):
         await eng.stop()
 
     run(go())
+
+
+def test_browse_sees_waiting_messages_without_taking_them(run):
+    async def go():
+        from waystation.core.security import NotAuthorized, Permission, SecurityManager
+
+        eng = await make_engine(None)
+        s = eng.open_session(USER, "test", "here")
+        for i, color in enumerate(["red", "blue", "red"]):
+            m = eng.make_message("q", b"%d" % i)
+            m.properties["color"] = color
+            s.send(m)
+        await settle()
+        assert [m.body for m in s.browse("q")] == [b"0", b"1", b"2"]
+        assert [m.body for m in s.browse("q", "color = 'red'")] == [b"0", b"2"]
+        h = Collector()
+        s.subscribe(Source("q"), h, mode=CreditMode.PRESETTLED)
+        await settle()
+        assert h.bodies == [b"0", b"1", b"2"]  # browsing took nothing
+        with pytest.raises(SessionError, match="does not exist"):
+            s.browse("nope")
+        eng.security = SecurityManager(
+            enabled=True, permissions={"#": {Permission.CONSUME: frozenset({"r"})}}
+        )
+        with pytest.raises(NotAuthorized):
+            eng.open_session(Principal("u", frozenset({"r"})), "t", "x").browse("q")
+        await eng.stop()
+
+    run(go())
