@@ -349,14 +349,78 @@ class HttpAcceptor(AcceptorConfig):
 
 class AmqpAcceptor(AcceptorConfig):
     url: StreamListenUrl = Field(
-        default=defaults.AMQP_URL, description="tcp://host:port for AMQP 1.0."
+        default=defaults.AMQP_URL,
+        description="tcp://host:port for AMQP 1.0 (or tls:// with a tls table).",
     )
+    max_frame_size: Size = Field(
+        default=size("1MiB"),
+        description="Largest AMQP frame the node accepts (offered in open); bigger messages "
+        "come in several transfer frames.",
+    )
+    max_message_size: Size = Field(
+        default=size("10MiB"),
+        description="Largest message (all its sections) accepted; a bigger one is refused with "
+        "amqp:link:message-size-exceeded and its link detached.",
+    )
+    idle_timeout: Duration = Field(
+        default=duration("60s"),
+        description="A connection silent for this long is closed (the peer is asked to send "
+        "empty frames at half of it; 0 = never).",
+    )
+    max_sessions: int = Field(
+        default=32, ge=1, le=65536, description="Most AMQP sessions (channels) on one connection."
+    )
+    connect_timeout: Duration = _connect_timeout(
+        "A connection that has not completed SASL and open within this is closed with an "
+        "error naming connect_timeout (0 = never)."
+    )
+    max_connections: int = _max_connections("a close")
+    max_connections_per_address: int = _max_connections_per_address()
 
 
 class MqttAcceptor(AcceptorConfig):
     url: StreamListenUrl = Field(
-        default=defaults.MQTT_URL, description="tcp://host:port for MQTT 3.1.1 and 5."
+        default=defaults.MQTT_URL,
+        description="tcp://host:port for MQTT 3.1.1 and 5 (or tls:// with a tls table).",
     )
+    max_packet_size: Size = Field(
+        default=size("10MiB"),
+        description="Largest MQTT packet accepted (told to v5 clients in CONNACK); a bigger "
+        "one closes the connection (v5: reason 0x95).",
+    )
+    receive_maximum: int = Field(
+        default=1000,
+        ge=1,
+        le=65535,
+        description="QoS 1 and 2 publishes a client may have unacknowledged towards the node "
+        "(told to v5 clients in CONNACK).",
+    )
+    max_inflight: int = Field(
+        default=100,
+        ge=1,
+        le=65535,
+        description="QoS 1 and 2 messages the node sends a client before it waits for their "
+        "acknowledgements (a v5 client's smaller receive maximum wins).",
+    )
+    max_keepalive: Duration = Field(
+        default=duration("65535s"),
+        description="Longest keep-alive a client may ask for; v5 clients asking for more are "
+        "told this one (server keep alive), 3.1.1 clients are refused.",
+    )
+    max_session_expiry: Duration = Field(
+        default=duration("7d"),
+        description="Longest time a persistent session is kept while its client is away "
+        "(v5 session expiry interval; 3.1.1 persistent sessions get this).",
+    )
+    max_topic_aliases: int = Field(
+        default=100, ge=0, le=65535, description="Topic aliases a v5 client may set up (0 = none)."
+    )
+    connect_timeout: Duration = _connect_timeout(
+        "A connection that has not sent CONNECT (and passed login) within this is closed "
+        "(0 = never)."
+    )
+    max_connections: int = _max_connections("a CONNACK 'server unavailable'")
+    max_connections_per_address: int = _max_connections_per_address()
 
 
 class AcceptorsConfig(Section):
