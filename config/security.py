@@ -39,18 +39,30 @@ class UserConfig(Section):
         description="pbkdf2_sha256$iterations$salt_b64$hash_b64 (python -m waystation.config.passwords).",
     )
     roles: list[Name] = Field(default_factory=list, description="Roles granted to this user.")
+    certificate: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Subject of a TLS client certificate that logs in as this user (AMQP "
+        "SASL EXTERNAL, MQTT over TLS), as RFC 4514 text, most specific first: "
+        "'CN=device-1,O=Acme,C=DE'. The listener's tls table must verify it (ca).",
+    )
 
     @model_validator(mode="after")
     def _one_password(self) -> UserConfig:
-        if (self.password is None) == (self.password_hash is None):
-            raise Problems([((), "give exactly one of password or password_hash")])
+        both = self.password is not None and self.password_hash is not None
+        if both or (self.password is None and self.password_hash is None and not self.certificate):
+            raise Problems(
+                [((), "give exactly one of password or password_hash (or a certificate)")]
+            )
         return self
 
     def check_password(self, candidate: str) -> bool:
         """Constant-time check of ``candidate`` against the configured password or hash."""
         if self.password_hash is not None:
             return verify_password(candidate, self.password_hash)
-        return hmac.compare_digest(candidate.encode(), (self.password or "").encode())
+        if self.password is None:  # a certificate-only user has no password to guess
+            return False
+        return hmac.compare_digest(candidate.encode(), self.password.encode())
 
 
 class PermissionConfig(Section):

@@ -158,6 +158,19 @@ class Authenticator:
             self.pending -= 1
         return self._after(login or "", source, user, key, ok)
 
+    def certificate(self, subject: str | None, source: str) -> Principal:
+        """The user of a TLS client certificate the listener verified (SASL EXTERNAL, MQTT):
+        ``subject`` is its RFC 4514 text, None when the client showed no certificate."""
+        if subject is None:
+            if not self.security.enabled:
+                return Principal("anonymous")
+            raise AuthenticationError(f"{FAILED}: no client certificate")
+        try:
+            return self.security.by_certificate(subject)
+        except AuthenticationError as e:
+            self.stats["failed"] += 1
+            raise AuthenticationError(f"{FAILED}: {e}") from None
+
     def authenticate_blocking(
         self, login: str | None, passcode: str | None, source: str
     ) -> Principal:

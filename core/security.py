@@ -52,6 +52,7 @@ class User:
     name: str
     check_password: Callable[[str], bool]
     roles: frozenset[str] = frozenset()
+    certificate: str | None = None  # subject (RFC 4514 text) of a TLS client cert that is this user
 
 
 @dataclass(slots=True)
@@ -84,6 +85,15 @@ class SecurityManager:
             self._verified.clear()
         self._verified.add(key)
         return Principal(user.name, user.roles)
+
+    def by_certificate(self, subject: str) -> Principal:
+        """The user a verified TLS client certificate with ``subject`` logs in as."""
+        if not self.enabled:
+            return Principal(subject)
+        for user in self.users.values():
+            if user.certificate is not None and user.certificate == subject:
+                return Principal(user.name, user.roles)
+        raise AuthenticationError(f"no user has the certificate {subject!r}")
 
     def allowed(self, principal: Principal, permission: Permission, address: str) -> bool:
         if not self.enabled or principal is SYSTEM:

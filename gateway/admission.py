@@ -18,7 +18,7 @@ import asyncio
 import logging
 import resource
 from collections import Counter
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from waystation.core.authentication import LoginPolicy
 
@@ -178,6 +178,38 @@ class _Login(Protocol):
     closed: bool
 
     def fail(self, message: str, detail: str = "") -> None: ...
+
+
+_RDN_NAMES = {
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "stateOrProvinceName": "ST",
+    "localityName": "L",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+
+
+def certificate_subject(cert: dict[str, Any] | None) -> str | None:
+    """A verified peer certificate's subject as RFC 4514 text, most specific first
+    (``CN=device-1,O=Acme,C=DE``), as users' ``certificate`` names it; None without one."""
+    if not cert or not cert.get("subject"):
+        return None
+    parts = []
+    for rdn in reversed(cert["subject"]):
+        parts.append("+".join(f"{_RDN_NAMES.get(k, k)}={_escape_rdn(str(v))}" for k, v in rdn))
+    return ",".join(parts)
+
+
+def _escape_rdn(value: str) -> str:
+    out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" "):
+        out = out[:-1] + "\\ "
+    return out
 
 
 def connect_deadline(session: _Login, seconds: float) -> asyncio.TimerHandle | None:

@@ -71,7 +71,10 @@ def engine_config(cfg: Config) -> EngineConfig:
 
 def security_manager(cfg: Config) -> SecurityManager:
     sec = cfg.security
-    users = {u.name: User(u.name, u.check_password, frozenset(u.roles)) for u in cfg.users}
+    users = {
+        u.name: User(u.name, u.check_password, frozenset(u.roles), u.certificate)
+        for u in cfg.users
+    }
     perms: dict[str, dict[Permission, frozenset[str]]] = {}
     for p in cfg.permissions:
         perms[p.match] = {Permission(k): frozenset(v) for k, v in p.grants().items()}
