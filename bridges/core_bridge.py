@@ -122,7 +122,12 @@ class CoreBridge(Redialing):
         self.transform: Transformer | None = (
             load_transformer(spec.transformer) if spec.transformer else None
         )
-        self._options = link_options(spec, client_id=f"bridge.{engine.node_name}.{spec.name}")
+        self._options = link_options(
+            spec,
+            client_id=f"bridge.{engine.node_name}.{spec.name}",
+            node=engine.node_name,
+            expect_node=spec.remote_node,
+        )
         self._entries: dict[int, _Entry] = {}  # by consumer tag, in delivery order
         self._unsent: deque[int] = deque()  # tags to send on the current link, in order
         self._confirmed: list[int] = []  # tags the remote confirmed, to settle (accepted)

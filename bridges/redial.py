@@ -28,7 +28,12 @@ def describe(e: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def link_options(spec: BridgeSpec, client_id: str | None = None) -> LinkOptions:
+def link_options(
+    spec: BridgeSpec,
+    client_id: str | None = None,
+    node: str | None = None,
+    expect_node: str | None = None,
+) -> LinkOptions:
     return LinkOptions(
         login=spec.user,
         passcode=spec.password,
@@ -36,6 +41,8 @@ def link_options(spec: BridgeSpec, client_id: str | None = None) -> LinkOptions:
         liveness=spec.liveness_timeout,
         connect_timeout=spec.liveness_timeout or 30.0,
         client_id=client_id,
+        node=node,
+        expect_node=expect_node,
     )
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from waystation.bridges.dial import READ_CHUNK, Target, dial
+from waystation.gateway.stomp.mapping import NODE_HEADER
 from waystation.wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
@@ -58,6 +59,10 @@ class LinkOptions:
     liveness: float = 30.0  # seconds of input silence before the link is dead; 0 = never
     connect_timeout: float = 30.0
     client_id: str | None = None
+    # a link between Waystation nodes: the node name this side claims (``ws-node`` in
+    # CONNECT), and the one the remote must answer with in CONNECTED, else the link is refused
+    node: str | None = None
+    expect_node: str | None = None
     limits: Limits = Limits(max_frame_size=64 * 1024 * 1024, max_body_size=64 * 1024 * 1024)
 
 
@@ -128,6 +133,8 @@ class StompLink:
             headers["passcode"] = opts.passcode or ""
         if opts.client_id:
             headers["client-id"] = opts.client_id
+        if opts.node:
+            headers[NODE_HEADER] = opts.node
         self.writer.write(encode_frame("CONNECT", headers, b"", "1.2"))
         while True:
             data = await self.reader.read(READ_CHUNK)
@@ -148,6 +155,13 @@ class StompLink:
                 )
             if first.command != "CONNECTED":
                 raise ConnectionError(f"expected CONNECTED, got {first.command}")
+            remote = first.headers.get(NODE_HEADER)
+            if opts.expect_node is not None and remote != opts.expect_node:
+                is_ = f"is node {remote!r}" if remote else "names no node"
+                raise ConnectRefused(
+                    f"wrong node: {self.target} {is_}, this bridge is to {opts.expect_node!r}",
+                    "check the bridge's url and remote_node",
+                )
             self._connected(first.headers)
             rest = frames[1:]
             try:

@@ -370,6 +370,12 @@ class AmqpAcceptor(AcceptorConfig):
     max_sessions: int = Field(
         default=32, ge=1, le=65536, description="Most AMQP sessions (channels) on one connection."
     )
+    credit_window: int = Field(
+        default=5000,
+        ge=1,
+        description="Link credit the node grants a producer link at a time (refilled as "
+        "messages are settled; withheld while the address is full under BLOCK).",
+    )
     connect_timeout: Duration = _connect_timeout(
         "A connection that has not completed SASL and open within this is closed with an "
         "error naming connect_timeout (0 = never)."
@@ -414,6 +420,15 @@ class MqttAcceptor(AcceptorConfig):
     )
     max_topic_aliases: int = Field(
         default=100, ge=0, le=65535, description="Topic aliases a v5 client may set up (0 = none)."
+    )
+    max_client_id: int = Field(
+        default=256, ge=23, le=65535, description="Longest client id accepted (bytes)."
+    )
+    max_subscriptions: int = Field(
+        default=100, ge=1, description="Topic filters one client may subscribe to."
+    )
+    max_qos: int = Field(
+        default=2, ge=0, le=2, description="Highest QoS granted (told to v5 clients in CONNACK)."
     )
     connect_timeout: Duration = _connect_timeout(
         "A connection that has not sent CONNECT (and passed login) within this is closed "

@@ -47,6 +47,12 @@ class UserConfig(Section):
         "'CN=device-1,O=Acme,C=DE'. The listener's tls table must verify it (ca).",
     )
 
+    nodes: list[Name] | None = Field(
+        default=None,
+        description="A routing user: the node names a bridge logged in as this user may claim "
+        "to be (the ws-node header); a claim of any other name is refused. Unset: any.",
+    )
+
     @model_validator(mode="after")
     def _one_password(self) -> UserConfig:
         both = self.password is not None and self.password_hash is not None

@@ -104,7 +104,11 @@ ROUTE_TO_NODE = "_WS_ROUTE_TO_NODE"
 DIVERT_PATH = "_WS_DIVERT_PATH"
 # the destination as the producer named it (e.g. a STOMP SEND's ``destination``), so a
 # consumer can be shown the same string; private: not visible through ``properties``
-RETAINED = "_WS_RETAINED"  # a retained message handed to a new subscription
+# Private annotations: what only adapters read (how AMQP sections arrived, MQTT flags, the
+# retained mark).  They travel with the message (store, bridges) but are never shown among the
+# properties; an adapter names its own with this prefix.
+PRIVATE_PREFIX = "_WS_P_"
+RETAINED = "_WS_P_RETAINED"  # a retained message handed to a new subscription
 DESTINATION = "_WS_DESTINATION"
 
 # the annotations (the first journal format kept them among the properties)
@@ -390,7 +394,7 @@ class Message:
         """The application properties, reading through to visible annotations (see module
         doc).  Writes go to the application properties."""
         a = self._ann
-        if not a or (len(a) == 1 and DESTINATION in a):
+        if not a or all(_private(k) for k in a):
             return self._props
         return _PropertiesView(self._props, a)
 
@@ -422,7 +426,7 @@ class Message:
         v = p.get(name)
         if v is None:
             a = self._ann
-            if a and name != DESTINATION and name not in p:
+            if a and not _private(name) and name not in p:
                 return a.get(name)
         return v
 
@@ -555,9 +559,13 @@ for _name, _i in FIELD_INDEX.items():
 assert FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
 
 
+def _private(name: str) -> bool:
+    return name == DESTINATION or name.startswith(PRIVATE_PREFIX)
+
+
 class _PropertiesView(MutableMapping[str, PropertyValue]):
     """Application properties with the annotations readable behind them (all but the private
-    ``_WS_DESTINATION``); writes and deletes go to the properties.  A live view: made per
+    ones: ``_WS_DESTINATION`` and ``_WS_P_*``); writes and deletes go to the properties.  A live view: made per
     read of ``Message.properties`` on an annotated message, so it copies nothing."""
 
     __slots__ = ("_p", "_a")
@@ -570,7 +578,7 @@ class _PropertiesView(MutableMapping[str, PropertyValue]):
         p = self._p
         if key in p:
             return p[key]
-        if key != DESTINATION:
+        if not _private(key):
             return self._a[key]
         raise KeyError(key)
 
@@ -578,12 +586,12 @@ class _PropertiesView(MutableMapping[str, PropertyValue]):
         p = self._p
         if key in p:
             return p[key]
-        if key != DESTINATION:
+        if not _private(key):
             return self._a.get(key, default)
         return default
 
     def __contains__(self, key: object) -> bool:
-        return key in self._p or (key != DESTINATION and key in self._a)
+        return key in self._p or (isinstance(key, str) and not _private(key) and key in self._a)
 
     def __setitem__(self, key: str, value: PropertyValue) -> None:
         self._p[key] = value
@@ -595,7 +603,7 @@ class _PropertiesView(MutableMapping[str, PropertyValue]):
         p = self._p
         yield from p
         for k in self._a:
-            if k not in p and k != DESTINATION:
+            if k not in p and not _private(k):
                 yield k
 
     def __len__(self) -> int:

@@ -193,6 +193,7 @@ class PostOffice:
         if ref.rid:
             self.persistence.unref_ops(ref.rid, ref.message, ops)
         dla = self.settings(ref.queue.address).dead_letter_address
+        ref.queue.messages_dead_lettered[reason] += 1
         self.dead_letter_message(
             ref.message, reason, detail, ops, dla, ref.queue.name, ref.delivery_count
         )
@@ -246,6 +247,7 @@ class PostOffice:
         if ref.rid:
             self.persistence.unref_ops(ref.rid, msg, ops)
         target = self.settings(ref.queue.address).expiry_address
+        ref.queue.messages_expired += 1
         emit_message(
             self.events,
             EXPIRED_EVENT,

@@ -13,7 +13,7 @@ import asyncio
 import heapq
 import itertools
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -117,6 +117,9 @@ class Queue:
         self._spill: SpillFile | None = None
         self.messages_added = 0
         self.messages_acked = 0
+        self.messages_expired = 0
+        self.messages_dead_lettered: Counter[str] = Counter()  # by reason
+        self.paused = False  # an operator stopped delivery (messages keep arriving)
         self.deleted = False
 
     # -- introspection ------------------------------------------------------------------
@@ -302,6 +305,8 @@ class Queue:
         """Hand waiting messages to consumers with credit.  Re-entrant calls are folded."""
         if self._dispatching:
             self._again = True
+            return
+        if self.paused:
             return
         self._dispatching = True
         try:

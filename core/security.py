@@ -53,6 +53,7 @@ class User:
     check_password: Callable[[str], bool]
     roles: frozenset[str] = frozenset()
     certificate: str | None = None  # subject (RFC 4514 text) of a TLS client cert that is this user
+    nodes: frozenset[str] | None = None  # node names this (routing) user may claim; None: any
 
 
 @dataclass(slots=True)
@@ -94,6 +95,13 @@ class SecurityManager:
             if user.certificate is not None and user.certificate == subject:
                 return Principal(user.name, user.roles)
         raise AuthenticationError(f"no user has the certificate {subject!r}")
+
+    def may_claim(self, principal: Principal, node: str) -> bool:
+        """Whether a link logged in as ``principal`` may state that it is node ``node``."""
+        if not self.enabled or principal is SYSTEM:
+            return True
+        user = self.users.get(principal.name)
+        return user is not None and (user.nodes is None or node in user.nodes)
 
     def allowed(self, principal: Principal, permission: Permission, address: str) -> bool:
         if not self.enabled or principal is SYSTEM:

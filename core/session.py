@@ -143,6 +143,7 @@ class Session:
         self.consumers: dict[Consumer, Queue] = {}  # each consumer and the queue it reads
         self.transactions: dict[str, Transaction] = {}
         self.closed = False
+        self.node: str | None = None  # the node a link from another node claimed to be
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
         self.routing = False  # this session's messages are being routed (for no-local)
         self._origin: dict[str, object] = {
@@ -220,6 +221,13 @@ class Session:
             )
 
     # -- producing ------------------------------------------------------------------------
+    def claim_node(self, node: str) -> None:
+        """A link from another node states its name; a user bound to node names (``nodes``)
+        may claim only those."""
+        if not self.engine.security.may_claim(self.principal, node):
+            raise NotAuthorized(f"user {self.principal.name!r} may not claim to be node {node!r}")
+        self.node = node
+
     def check_send(self, address: str, routing: str | None = None) -> None:
         """Refuse a send target now (name, permission, auto-create), so an adapter can answer
         before it builds the message.  Results are remembered per target."""
@@ -296,12 +304,14 @@ class Session:
         *,
         mode: CreditMode = CreditMode.WINDOW,
         window: int | None = None,
-        credit: int = 0,
+        credit: int | None = None,
         name: str = "",
     ) -> Consumer:
         """Attach a consumer.  ``window``: unsettled deliveries in WINDOW mode (None: the
         address setting; capped by ``max_window``); ``credit``: initial link credit in CREDIT
-        mode (more comes with :meth:`set_credit`)."""
+        mode (None: 0; more comes with :meth:`set_credit`), and in PRESETTLED mode a credit
+        each delivery uses up too (AMQP's pre-settled receiver; None: unlimited, as STOMP's
+        auto ack)."""
         self._live()
         limits = self.engine.limits
         if len(self.consumers) >= limits.max_consumers_per_session:
@@ -348,7 +358,7 @@ class Session:
                 auto_ack=mode is CreditMode.PRESETTLED,
                 window=w,
                 name=name,
-                credit=min(max(0, credit), limits.max_credit) if mode is CreditMode.CREDIT else -1,
+                credit=_initial_credit(mode, credit, limits.max_credit),
                 owner=self,
             )
         except ConsumerError:
@@ -687,6 +697,13 @@ class Session:
             self.unsubscribe(c)
         self.engine.close_owner(self)
         self.engine.forget_session(self)
+
+
+def _initial_credit(mode: CreditMode, credit: int | None, most: int) -> int:
+    """The consumer's starting credit (-1: not counted)."""
+    if mode is CreditMode.WINDOW or (mode is CreditMode.PRESETTLED and credit is None):
+        return -1
+    return min(max(0, credit or 0), most)
 
 
 def _both(

@@ -57,10 +57,6 @@ class ProtocolAdapter:
     refusal: Callable[[str], bytes] = _no_refusal
     subprotocols: tuple[str, ...] = field(default=())  # WebSocket subprotocols offered
     text_frames: bool = False  # WebSocket: batches that are valid UTF-8 go as text frames
-    # seconds a new connection has to log in (0: no limit), from the acceptor config
-    connect_timeout: Callable[[Any], float] = lambda acceptor: float(
-        acceptor.connect_timeout.total_seconds()
-    )
 
 
 __all__ = ["ProtocolAdapter", "SessionOpener", "StreamSession"]

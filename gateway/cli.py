@@ -102,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check-config", help="validate a config file without starting")
     c.add_argument("config", help="TOML config file")
     c.set_defaults(func=cmd_check_config)
+    from waystation.gateway.admin_cli import add_parser as add_admin_commands
+
+    add_admin_commands(sub)  # admin ..., hash-password
     args = p.parse_args(argv)
     return int(args.func(args))
 

@@ -72,7 +72,13 @@ def engine_config(cfg: Config) -> EngineConfig:
 def security_manager(cfg: Config) -> SecurityManager:
     sec = cfg.security
     users = {
-        u.name: User(u.name, u.check_password, frozenset(u.roles), u.certificate)
+        u.name: User(
+            u.name,
+            u.check_password,
+            frozenset(u.roles),
+            u.certificate,
+            None if u.nodes is None else frozenset(u.nodes),
+        )
         for u in cfg.users
     }
     perms: dict[str, dict[Permission, frozenset[str]]] = {}
@@ -152,6 +158,7 @@ class Node:
         except DivertError as e:  # a transformer that cannot be loaded
             raise NodeError(f"bridges: {e}") from None
         self.servers: list[Any] = []
+        self.accepting = False  # started and not stopping: GET /ready
         self.stopped = asyncio.Event()
 
     async def start(self) -> None:
@@ -185,6 +192,8 @@ class Node:
                 engine.config.data_dir,
                 sessions,
                 ADAPTERS,
+                ready=lambda: self.accepting,
+                bridges=self.bridge_status,
             )
             http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
             await http.start()
@@ -193,6 +202,7 @@ class Node:
             if name not in ADAPTERS and getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
         await self.bridges.start()
+        self.accepting = True
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
 
     def ports(self) -> dict[str, int]:
@@ -208,6 +218,7 @@ class Node:
     async def stop(self) -> None:
         """Stop the bridges and accepting, close connections, finish in-flight writes, close
         the store."""
+        self.accepting = False
         await self.bridges.stop()
         for s in self.servers:
             await s.stop()

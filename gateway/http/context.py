@@ -3,6 +3,7 @@ listener that mounts them (:mod:`.server`) do not import each other."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,6 +30,9 @@ class HttpContext:
     # a new session of each stream protocol, by adapter name (WebSocket and tunnel carry them)
     sessions: dict[str, SessionOpener] = field(default_factory=dict)
     adapters: dict[str, ProtocolAdapter] = field(default_factory=dict)
+    # store recovered, every listener accepting, not stopping (GET /ready)
+    ready: Callable[[], bool] | None = None
+    bridges: Callable[[], list[dict[str, object]]] | None = None  # each bridge's status
 
 
 CONTEXT = web.AppKey("context", HttpContext)

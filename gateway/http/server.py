@@ -28,7 +28,7 @@ from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 
 from waystation.gateway.admission import Admission, peer_host
-from waystation.gateway.http import rest, sockjs, tunnel
+from waystation.gateway.http import admin, ops, rest, sockjs, tunnel
 from waystation.gateway.http.context import CONTEXT, HttpContext, read_body
 from waystation.gateway.stomp.session import SERVER_NAME
 from waystation.gateway.websocket import streams
@@ -210,6 +210,8 @@ class HttpServer:
             tunnel.setup(self.app, ctx)
         if cfg.sockjs.enabled:
             sockjs.setup(self.app, ctx)
+        ops.setup(self.app, ctx)  # /health, /ready, /metrics
+        admin.setup(self.app, ctx)  # /admin/api/v1
         self.runner: web.AppRunner | None = None
         self.site: web.TCPSite | None = None
 

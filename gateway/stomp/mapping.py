@@ -56,6 +56,7 @@ from waystation.core.message import (
 
 TYPES_HEADER = "ws-types"
 TRACE_HEADER = "ws-trace-id"
+NODE_HEADER = "ws-node"  # CONNECT: the node a link claims to be; CONNECTED: the node answering
 MESSAGE_ID_HEADER = "amqp-message-id"  # the application's id (as RabbitMQ's STOMP names it)
 
 # header <-> standard string field

@@ -26,7 +26,7 @@ from waystation.core.session import CreditMode, Outcome, Session, SessionError, 
 from waystation.core.transaction import TransactionError
 from waystation.gateway.link import Link
 from waystation.gateway.stomp.destinations import format_destination, parse_destination
-from waystation.gateway.stomp.mapping import delivery_headers, message_from_send
+from waystation.gateway.stomp.mapping import NODE_HEADER, delivery_headers, message_from_send
 from waystation.wire.stomp import (
     Frame,
     Limits,
@@ -112,6 +112,7 @@ class StompSession:
         self.client_id: str | None = None
         self.session: Session | None = None  # the core session, from CONNECT on
         self.subs: dict[str, _Sub] = {}
+        self._browsed: set[str] = set()  # ids of browser:true subscriptions (already done)
         self.pending_acks: dict[str, tuple[_Sub, int]] = {}
         self._destinations: dict[str, tuple[str, str | None]] = {}  # parsed and send-checked
         self._ack_seq = 0
@@ -364,9 +365,21 @@ class StompSession:
         except LimitExceeded as e:
             self.fail("limit exceeded", str(e))
             return
+        claimed = h.get(NODE_HEADER)
+        if claimed:
+            try:
+                self.session.claim_node(claimed)
+            except NotAuthorized as e:
+                self.fail("not authorized", str(e))
+                return
         self.version = version
         self.parser.version = version
-        headers = {"version": version, "server": SERVER_NAME, "session": f"{id(self):x}"}
+        headers = {
+            "version": version,
+            "server": SERVER_NAME,
+            "session": f"{id(self):x}",
+            NODE_HEADER: self.engine.node_name,
+        }
         if version != "1.0":
             cx, cy = _parse_heartbeat(h.get("heart-beat", "0,0"))
             floor = self.options.heartbeat_min_ms
@@ -470,6 +483,9 @@ class StompSession:
                 f"invalid ack mode {ack!r}: expected auto, client or client-individual"
             )
         address, routing = parse_destination(dest)
+        if h.get("browser") == "true":  # ActiveMQ's queue browser: a look, nothing taken
+            self._browse(frame, sid, dest, address, routing)
+            return
         durable_name = next((h[k] for k in DURABLE_NAME_HEADERS if h.get(k)), None)
         window: int | None = self.options.default_window
         for k in WINDOW_HEADERS:
@@ -499,12 +515,36 @@ class StompSession:
         self.subs[sid] = s
         self._receipt(frame)
 
+    def _browse(self, frame: Frame, sid: str, dest: str, address: str, routing: str | None) -> None:
+        """Send the messages waiting in queue ``address`` now, each marked ``browser:true``,
+        then ActiveMQ's end-of-browse MESSAGE (``browser:end``, ``message-id:0``, no body).
+        Nothing is consumed or acknowledged; the subscription ends there (an UNSUBSCRIBE of
+        it is accepted)."""
+        if (routing or self.engine.resolve_routing(address)) == MULTICAST:
+            raise StompError(f"browser:true applies to queues only, not {dest!r}")
+        assert self.session is not None
+        found = self.session.browse(address, frame.headers.get("selector"))
+        self._browsed.add(sid)
+        self._receipt(frame)
+        v, write = self.version, self._write
+        for msg in found:
+            if self.options.text_only and not _is_text(msg.body):
+                continue  # a text-only transport (SockJS) cannot carry it; browsing skips it
+            extra = delivery_headers(msg)
+            extra["browser"] = "true"
+            write(encode_message(dest, str(msg.id), sid, msg.body, extra, None, v))
+        write(encode_message(dest, "0", sid, b"", {"browser": "end"}, None, v))
+
     def _on_unsubscribe(self, frame: Frame) -> None:
         h = frame.headers
         sid = h.get("id") or (h.get("destination") if self.version == "1.0" else None)
         if sid is None:
             raise StompError("UNSUBSCRIBE frame has no id header")
         s = self.subs.pop(sid, None)
+        if s is None and sid in self._browsed:  # a browse, already over
+            self._browsed.discard(sid)
+            self._receipt(frame)
+            return
         if s is None:
             raise StompError(f"no subscription with id {sid!r}")
         delete_durable = any(h.get(k) for k in DURABLE_NAME_HEADERS)

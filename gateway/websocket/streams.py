@@ -1,8 +1,9 @@
 """Stream protocols over WebSocket: each adapter's session, fed WebSocket messages.
 
 STOMP is at ``websocket.stomp_path`` (``/stomp``), every other protocol at ``/<name>``
-(``/amqp``, ``/mqtt``), each offering its adapter's subprotocols (``v12.stomp``...; ``amqp``;
-``mqtt``; a client that asks for none is served too, as RabbitMQ does).  What a session
+(``/amqp``, ``/mqtt``), each offering its adapter's subprotocols (``v12.stomp``...; ``amqp``,
+``AMQPWSB10``; ``mqtt``, ``mqttv3.1``; a client that asks for none is served too, as RabbitMQ
+does; one that asks only for others gets 400 naming those offered).  What a session
 writes during one loop turn leaves as one WebSocket message; STOMP parsers read several
 frames from one message, and AMQP and MQTT are byte streams anyway.  For STOMP a message
 is sent as text when it is valid UTF-8, otherwise (and always for the binary protocols) as
@@ -18,7 +19,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from aiohttp import WSMsgType, web
+from aiohttp import WSMsgType, hdrs, web
 
 from waystation.gateway.adapter import ProtocolAdapter, StreamSession
 from waystation.gateway.admission import connect_deadline, peer_text
@@ -120,6 +121,7 @@ def _handler(
     sockets: weakref.WeakSet[web.WebSocketResponse],
 ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     refused = f"this path takes WebSocket upgrades ({adapter.name.upper()})\n"
+    offered = set(adapter.subprotocols)
 
     async def handle(request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(
@@ -130,6 +132,12 @@ def _handler(
         )
         if not ws.can_prepare(request).ok:
             raise web.HTTPBadRequest(text=refused)
+        asked = request.headers.get(hdrs.SEC_WEBSOCKET_PROTOCOL, "")
+        if asked.strip() and not offered & {p.strip() for p in asked.split(",")}:
+            # aiohttp would answer without a subprotocol, which browsers fail obscurely
+            raise web.HTTPBadRequest(
+                text=f"subprotocols offered here: {', '.join(adapter.subprotocols)}\n"
+            )
         await ws.prepare(request)
         sockets.add(ws)
         link = QueuedLink(peer_of(request))

@@ -5,7 +5,7 @@ with the messages behind it."""
 from __future__ import annotations
 
 import pytest
-from nodekit import free_port
+from nodekit import NodeProcess, free_port
 from sitekit import (
     Sites,
     bridge_toml,
@@ -56,8 +56,10 @@ def sites(tmp_path_factory):
         b_limits={"max_body_size": "4KiB", "max_header_length": "1KiB"},
         start=False,
     )
-    # more bridges from site-a, each to a "node" that is site-b behind some fault
-    dark = WanProxy(s.b.stomp_port).start()
+    # more bridges from site-a: to-site-c is site-b with a wrong password, to-site-d dials
+    # nothing, to-site-e is a node of its own behind a proxy that can black-hole the link
+    e = NodeProcess(tmp / "site-e", extra_config=SITE_B, name="site-e")
+    dark = WanProxy(e.stomp_port).start()
     s.proxies.append(dark)
     extra = bridge_toml(
         "to-site-c", "site-c", [s.proxy.port], user="bridge", password="wrong",
@@ -72,12 +74,15 @@ def sites(tmp_path_factory):
         f.write(extra)
     try:
         s.b.start()
+        e.start()
         s.a.start()
     except BaseException:
         s.stop()
+        e.stop()
         raise
     yield s
     s.stop()
+    e.stop()
 
 
 def arrived_at_b(sites: Sites, body: str) -> list[str]:

@@ -1,5 +1,5 @@
 """Set-up for the browser tests: installs what is missing (Debian chromium, the npm
-packages the page loads, the Python playwright package) and serves the test page from a
+packages the pages load, the Python playwright package) and serves the test pages from a
 small aiohttp static server on loopback.  Playwright drives Debian's chromium; its own
 browser downloads are never used."""
 
@@ -13,6 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -37,9 +38,19 @@ def ensure_chromium() -> str:
     return CHROMIUM
 
 
+# Each page's library, by the folder of its browser bundle under node_modules.
+BUNDLES = {
+    "stompjs": Path("@stomp/stompjs/bundles"),
+    "sockjs": Path("sockjs-client/dist"),
+    "rhea": Path("rhea/dist"),
+    "mqtt": Path("mqtt/dist"),
+}
+PAGES = ("amqp", "mqtt")  # /<name> is <name>.html, with <name>.js; the STOMP page is /
+
+
 def ensure_node_modules() -> Path:
     modules = HERE / "node_modules"
-    if not (modules / "@stomp" / "stompjs").exists() or not (modules / "sockjs-client").exists():
+    if not all((modules / folder).is_dir() for folder in BUNDLES.values()):
         if shutil.which("npm") is None:
             _apt_install("npm")
         subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True)
@@ -63,7 +74,7 @@ def _file(name: str) -> Handler:
 
 
 class PageServer:
-    """index.html, app.js and the UMD bundles from node_modules, on its own thread."""
+    """The pages, their scripts and the UMD bundles from node_modules, on its own thread."""
 
     def __init__(self, modules: Path) -> None:
         self.port = free_port()
@@ -72,8 +83,12 @@ class PageServer:
         app = web.Application()
         app.router.add_get("/", _file("index.html"))
         app.router.add_get("/app.js", _file("app.js"))
-        app.router.add_static("/lib/stompjs", modules / "@stomp" / "stompjs" / "bundles")
-        app.router.add_static("/lib/sockjs", modules / "sockjs-client" / "dist")
+        app.router.add_get("/wsrecord.js", _file("wsrecord.js"))
+        for name in PAGES:
+            app.router.add_get(f"/{name}", _file(f"{name}.html"))
+            app.router.add_get(f"/{name}.js", _file(f"{name}.js"))
+        for name, folder in BUNDLES.items():
+            app.router.add_static(f"/lib/{name}", modules / folder)
         self.runner = web.AppRunner(app, access_log=None)
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
 
@@ -97,6 +112,14 @@ class PageServer:
 def chromium() -> str:
     ensure_playwright()
     return ensure_chromium()
+
+
+@pytest.fixture(scope="module")
+def playwright(chromium: str) -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        yield pw
 
 
 @pytest.fixture(scope="session")

@@ -11,22 +11,16 @@ committed copies in docs/evidence).
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from browserkit import NOT_PROXIED, keep_evidence, launch, screenshot
 from nodekit import NodeProcess
 from squidkit import Squid
 from stompkit import connect, unique
-
-HERE = Path(__file__).resolve().parent
-ARTIFACTS = HERE / "artifacts"
-EVIDENCE = HERE.parents[1] / "docs" / "evidence"
 
 
 @pytest.fixture(scope="module")
@@ -40,29 +34,6 @@ def node(tmp_path_factory) -> Iterator[NodeProcess]:
 def squid() -> Iterator[Squid]:
     with Squid(deny_connect=True, deny_upgrade=True) as s:
         yield s
-
-
-@pytest.fixture(scope="module")
-def playwright(chromium) -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        yield pw
-
-
-# Chromium's own background requests (updates, accounts) must not leave the machine: no
-# host name resolves but loopback, and through the proxy they are sent direct (and fail
-# there) instead of letting squid look them up.
-LOOPBACK_ONLY = "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"
-NOT_PROXIED = "*.com;*.net;*.org;*.dev;*.app;*.io"
-
-
-def launch(playwright: Any, chromium: str, *args: str) -> Any:
-    return playwright.chromium.launch(
-        executable_path=chromium,
-        args=["--no-sandbox", "--disable-gpu", LOOPBACK_ONLY, *args],
-        timeout=30000,
-    )
 
 
 def exchange(page: Any, node: NodeProcess, q: str, t: str, shot: str) -> dict[str, Any]:
@@ -92,17 +63,8 @@ def exchange(page: Any, node: NodeProcess, q: str, t: str, shot: str) -> dict[st
         ]
     )
     assert state["errors"] == []
-    ARTIFACTS.mkdir(exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+    screenshot(page, shot)
     return state
-
-
-def keep_evidence(shot: str, name: str) -> None:
-    """Copy a screenshot to docs/evidence (committed) when WAYSTATION_EVIDENCE=1; a normal run
-    leaves the tracked copies alone and keeps its own in tests/browser/artifacts."""
-    if os.environ.get("WAYSTATION_EVIDENCE") == "1":
-        EVIDENCE.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ARTIFACTS / shot, EVIDENCE / name)
 
 
 def page_url(server: Any, **params: str) -> str:

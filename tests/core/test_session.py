@@ -301,3 +301,25 @@ def test_sessions_per_user_are_bounded_and_freed_on_close(run):
         await eng.stop()
 
     run(go())
+
+
+def test_presettled_with_credit_counts_deliveries_and_without_is_unlimited(run):
+    async def go():
+        eng = await make_engine(None)
+        s = eng.open_session(USER, "test", "here")
+        await fill(s, "q", 5)
+        h = Drains()
+        c = s.subscribe(Source("q"), h, mode=CreditMode.PRESETTLED, credit=2)
+        await settle()
+        assert h.bodies == [b"0", b"1"] and c.credit == 0 and not c.in_flight
+        s.set_credit(c, 2)
+        await settle()
+        assert h.bodies == [b"0", b"1", b"2", b"3"]
+        s.unsubscribe(c)
+        free = Collector()
+        s.subscribe(Source("q"), free, mode=CreditMode.PRESETTLED)  # STOMP auto: no credit
+        await fill(s, "q", 3)
+        assert len(free.deliveries) == 4
+        await eng.stop()
+
+    run(go())

@@ -83,9 +83,12 @@ class NodeProcess:
         http: bool | str = False,
         stomp: str = "",
         stomp_scheme: str = "tcp",
+        amqp: bool | str = False,
+        mqtt: bool | str = False,
     ) -> None:
         """``http``: True opens the HTTP listener on ``http_port``; a string also adds its
-        lines to the ``[acceptors.http]`` table.  ``stomp``: lines for ``[acceptors.stomp]``."""
+        lines to the ``[acceptors.http]`` table.  ``stomp``: lines for ``[acceptors.stomp]``.
+        ``amqp`` and ``mqtt`` likewise (``amqp_port``, ``mqtt_port``)."""
         self.workdir = workdir
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.stomp_port = free_port()
@@ -95,6 +98,15 @@ class NodeProcess:
             extra = http if isinstance(http, str) else ""
             http_table = f'[acceptors.http]\nurl = "http://127.0.0.1:{self.http_port}"\n{extra}\n'
         http_line = "" if http else "http = false"
+        self.amqp_port = free_port() if amqp else 0
+        self.mqtt_port = free_port() if mqtt else 0
+        stream_tables = ""
+        for proto, on, port in (("amqp", amqp, self.amqp_port), ("mqtt", mqtt, self.mqtt_port)):
+            if on:
+                extra = on if isinstance(on, str) else ""
+                stream_tables += f'[acceptors.{proto}]\nurl = "tcp://127.0.0.1:{port}"\n{extra}\n'
+            else:
+                http_line += f"\n{proto} = false"
         stomp_table = (
             f'[acceptors.stomp]\nurl = "{stomp_scheme}://127.0.0.1:{self.stomp_port}"\n{stomp}\n'
         )
@@ -110,10 +122,9 @@ log_level = "{log_level}"
 
 [acceptors]
 {http_line}
-amqp = false
-mqtt = false
 {stomp_table}
 {http_table}
+{stream_tables}
 {extra_config}
 """
         )
@@ -135,8 +146,9 @@ mqtt = false
         log.close()
         try:
             self.ready_seconds = wait_port(self.stomp_port, proc=self.proc)
-            if self.http_port:
-                wait_port(self.http_port, proc=self.proc)
+            for port in (self.http_port, self.amqp_port, self.mqtt_port):
+                if port:
+                    wait_port(port, proc=self.proc)
         except BaseException:
             self.kill9()  # a node that never listened is not left running
             raise

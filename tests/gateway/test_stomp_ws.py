@@ -293,3 +293,17 @@ def test_stopping_the_node_closes_websockets_with_going_away(tmp_path):
     with pytest.raises(ConnectionClosed) as e:
         c.ws.recv(5)
     assert e.value.rcvd is not None and e.value.rcvd.code == 1001
+
+
+def test_a_client_asking_only_for_other_subprotocols_is_told_which_are_offered(node):
+    from websockets.exceptions import InvalidStatus
+
+    with pytest.raises(InvalidStatus) as e:
+        ws_connect(ws_url(node), subprotocols=["mqtt"])  # type: ignore[list-item]
+    assert e.value.response.status_code == 400
+    assert b"v12.stomp, v11.stomp, v10.stomp" in e.value.response.body
+    # and the binary protocols' own paths take theirs
+    for path, proto in (("/mqtt", "mqttv3.1"), ("/amqp", "amqp")):
+        url = f"ws://127.0.0.1:{node.http_port}{path}"
+        with ws_connect(url, subprotocols=[proto]) as ws:  # type: ignore[list-item]
+            assert ws.subprotocol == proto

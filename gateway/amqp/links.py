@@ -1,0 +1,485 @@
+"""The two kinds of AMQP link a client attaches, each on the core session.
+
+:class:`Producer`: the client's sender (messages in).  Credit is issued in windows and
+withheld while a target address is blocked; an unsettled transfer is answered ``accepted``
+only when the core's send future resolves (the message is on disk), ``rejected`` with a
+condition when the core refuses it.
+
+:class:`Subscriber`: the client's receiver (messages out).  The core consumer runs in CREDIT
+mode with the link's credit; drain is passed through and echoed once the core says it is
+drained; the client's outcomes become core settlements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from proton import Condition, Delivery, Link, Terminus
+
+from waystation.core.consumer import Consumer, ConsumerError
+from waystation.core.consumer import Delivery as CoreDelivery
+from waystation.core.message import DESTINATION, now_ms
+from waystation.core.queue import MULTICAST
+from waystation.core.reasons import REJECTED
+from waystation.core.session import CreditMode, Outcome, Source
+from waystation.gateway.amqp import errors, pn
+from waystation.gateway.amqp.addresses import capabilities, filters, parse_address
+from waystation.gateway.amqp.codec import DecodeError, descriptor_code
+from waystation.gateway.amqp.mapping import encode_message, message_from_transfer
+
+if TYPE_CHECKING:
+    from waystation.gateway.amqp.session import AmqpSession
+
+log = logging.getLogger("waystation.amqp")
+
+TRANSACTIONAL_STATE = 0x34
+_OUTCOMES = {
+    0x24: Outcome.ACCEPTED,
+    0x25: Outcome.REJECTED,
+    0x26: Outcome.RELEASED,
+    0x27: Outcome.MODIFIED,
+}
+# proton's disposition states -> core outcomes
+_STATES: dict[int, Outcome] = {
+    Delivery.ACCEPTED: Outcome.ACCEPTED,
+    Delivery.RELEASED: Outcome.RELEASED,
+    Delivery.MODIFIED: Outcome.MODIFIED,
+    Delivery.REJECTED: Outcome.REJECTED,
+}
+
+
+def refuse(link: Link, cond: Condition) -> None:
+    """Answer an attach we cannot honour: attach (no terminus), then detach with why."""
+    link.condition = cond
+    link.open()
+    link.close()
+
+
+class Producer:
+    """A link on which the client sends (proton: our Receiver)."""
+
+    __slots__ = (
+        "amqp",
+        "link",
+        "ptr",
+        "address",
+        "routing",
+        "sent_as",
+        "gates",
+        "window",
+        "closed",
+    )
+
+    def __init__(self, amqp: AmqpSession, link: Link, address: str | None, routing: str | None):
+        self.amqp = amqp
+        self.link = link
+        self.ptr = link._impl  # the raw pn_link_t (see pn.py)
+        self.address = address  # None: the anonymous relay (each message's ``to``)
+        self.routing = routing
+        self.sent_as: str | None = None  # the target as the client named it, when it differs
+        self.gates = 0  # blocked addresses this link waits for: no new credit meanwhile
+        self.window = amqp.options.credit_window
+        self.closed = False
+
+    @classmethod
+    def attach(cls, amqp: AmqpSession, link: Link) -> Producer | None:
+        target = link.remote_target
+        session = amqp.session
+        assert session is not None
+        if target.dynamic:
+            refuse(link, Condition(errors.NOT_IMPLEMENTED, "dynamic targets are not supported"))
+            return None
+        name = target.address
+        address: str | None = None
+        routing: str | None = None
+        if name:
+            address, routing = parse_address(name, capabilities(target.capabilities))
+            try:
+                session.check_send(address, routing)
+                _exists_or_creatable(amqp, address, routing)
+            except errors.CLIENT_ERRORS as e:
+                refuse(link, errors.condition(e))
+                return None
+        p = cls(amqp, link, address, routing)
+        if name and name != address:
+            p.sent_as = name
+        link.target.copy(target)
+        link.source.copy(link.remote_source)
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.rcv_settle_mode = Link.RCV_FIRST
+        link.max_message_size = amqp.options.max_message_size
+        amqp.links[p.ptr] = p
+        link.open()
+        link.flow(p.window)
+        return p
+
+    # -- transfers (raw proton pointers: the per-message path, see pn.py) ------------------
+    def transfer(self, d: Any) -> None:
+        ptr = self.ptr
+        if pn.partial(d):
+            limit = self.amqp.options.max_message_size
+            if pn.pending(d) > limit:
+                self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {limit} bytes"))
+            return
+        payload = pn.recv(ptr, pn.pending(d))
+        pn.advance(ptr)
+        if pn.aborted(d):
+            pn.settle(d)
+            return
+        settled = pn.remote_settled(d)
+        txid: str | None = None
+        fut: asyncio.Future[None] | None = None
+        try:
+            if pn.remote_state(d) == TRANSACTIONAL_STATE:
+                txid = self.amqp.txid_of(Delivery.wrap(d).remote.data)
+            fut = self._send(payload, txid)
+        except errors.CLIENT_ERRORS as e:
+            if not settled:
+                self._settle(d, pn.REJECTED, errors.condition(e), txid)
+            else:
+                pn.settle(d)
+                log.info("AMQP %s: dropped a pre-settled message: %s", self.amqp.peer, e)
+            self._credit()
+            return
+        if settled:
+            pn.settle(d)
+        elif fut is None or fut.done():
+            self._done(d, fut, txid)
+        else:
+            pn.incref(d)  # held until the store answers, whatever happens to the link
+            fut.add_done_callback(lambda f: self._later(d, f, txid))
+        self._credit()
+
+    def _send(self, payload: bytes, txid: str | None) -> asyncio.Future[None] | None:
+        amqp = self.amqp
+        session = amqp.session
+        assert session is not None
+        msg, to = message_from_transfer(
+            payload, amqp.engine.ids(), self.address or "", now_ms(), amqp.user
+        )
+        routing = self.routing
+        if self.address is None:
+            if not to:
+                raise DecodeError("the anonymous relay needs a 'to' in each message's properties")
+            address, routing = amqp.relay_target(to)
+            msg.address = address
+            if to != address:
+                msg.annotations[DESTINATION] = to
+        else:
+            address = self.address
+            if self.sent_as is not None:
+                msg.annotations[DESTINATION] = self.sent_as
+        fut = session.send(msg, routing=routing, tx=txid)
+        gate = session.blocked(address)
+        if gate is not None:
+            self.gates += 1
+            gate.add_done_callback(self._unblock)
+        return fut
+
+    def _later(self, d: Any, fut: asyncio.Future[None], txid: str | None) -> None:
+        try:
+            self._done(d, fut, txid)
+        finally:
+            pn.decref(d)
+
+    def _done(self, d: Any, fut: asyncio.Future[None] | None, txid: str | None) -> None:
+        if self.amqp.closed or self.closed:
+            return
+        if fut is not None and (fut.cancelled() or fut.exception() is not None):
+            exc = None if fut.cancelled() else fut.exception()
+            log.warning("AMQP %s: store write failed: %s", self.amqp.peer, exc)
+            cond = Condition(errors.INTERNAL, f"the node could not store the message: {exc}")
+            self._settle(d, pn.REJECTED, cond, txid)
+        elif txid is None:
+            pn.update(d, pn.ACCEPTED)
+            pn.settle(d)
+        else:
+            self._settle(d, pn.ACCEPTED, None, txid)
+        self.amqp.want_flush()
+
+    def _settle(self, d: Any, state: int, cond: Condition | None, txid: str | None) -> None:
+        dlv = Delivery.wrap(d)
+        if txid is not None:
+            self.amqp.transactional_outcome(dlv, txid, state, cond)
+        else:
+            if cond is not None:
+                dlv.local.condition = cond
+            dlv.update(state)
+        dlv.settle()
+
+    # -- credit -----------------------------------------------------------------------------
+    def _credit(self) -> None:
+        if self.gates or self.closed:
+            return
+        ptr = self.ptr
+        c = pn.credit(ptr)
+        if c < self.window // 2:
+            pn.flow(ptr, self.window - c)
+
+    def _unblock(self, _: object) -> None:
+        self.gates -= 1
+        if not self.amqp.closed and not self.closed:
+            self._credit()
+            self.amqp.want_flush()
+
+    def detach(self, cond: Condition | None = None, closed: bool = True) -> None:
+        self.closed = True
+        self.amqp.links.pop(self.ptr, None)
+        link = self.link
+        if cond is not None:
+            link.condition = cond
+        if closed:
+            link.close()
+        else:
+            link.detach()
+
+    def released(self) -> None:
+        self.closed = True
+
+
+class Subscriber:
+    """A link on which the client receives (proton: our Sender); the core consumer's
+    delivery handler."""
+
+    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed", "acks")
+
+    def __init__(self, amqp: AmqpSession, link: Link, presettled: bool) -> None:
+        self.amqp = amqp
+        self.link = link
+        self.ptr = link._impl  # the raw pn_link_t (see pn.py)
+        self.consumer: Consumer = None  # type: ignore[assignment]
+        self.presettled = presettled
+        self.durable = False
+        self.closed = False
+        self.acks: list[int] = []  # pre-settled tags to acknowledge at the end of the turn
+
+    @classmethod
+    def attach(cls, amqp: AmqpSession, link: Link) -> Subscriber | None:
+        src = link.remote_source
+        session = amqp.session
+        assert session is not None
+        presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
+        s = cls(amqp, link, presettled)
+        try:
+            source = s._source(src, link.name)
+        except errors.CLIENT_ERRORS as e:
+            refuse(link, errors.condition(e))
+            return None
+        if source is None:
+            return None
+        try:
+            s.consumer = session.subscribe(
+                source, s, mode=CreditMode.CREDIT, credit=link.credit, name=link.name
+            )
+        except errors.CLIENT_ERRORS as e:
+            refuse(link, errors.condition(e))
+            return None
+        link.source.copy(src)
+        if source.temporary:
+            link.source.address = session.address_of(s.consumer)
+            link.source.dynamic = True
+        link.target.copy(link.remote_target)
+        link.snd_settle_mode = Link.SND_SETTLED if presettled else Link.SND_UNSETTLED
+        link.rcv_settle_mode = Link.RCV_FIRST
+        amqp.links[s.ptr] = s
+        link.open()
+        if amqp.paused_writing:
+            s.consumer.pause()
+        return s
+
+    def _source(self, src: Terminus, link_name: str) -> Source | None:
+        amqp = self.amqp
+        session = amqp.session
+        assert session is not None
+        caps = capabilities(src.capabilities)
+        selector, no_local, _unknown = filters(src.filter)
+        if src.distribution_mode == Terminus.DIST_MODE_COPY:
+            # TODO(browse): needs Source(browse=True) in the core (distribution-mode copy)
+            refuse(
+                self.link,
+                Condition(
+                    errors.NOT_IMPLEMENTED,
+                    "browsing (distribution-mode copy) is not supported by this node yet",
+                ),
+            )
+            return None
+        if src.dynamic:
+            return Source("", temporary=True, selector=selector)
+        durable = (
+            src.durability != Terminus.NONDURABLE and src.expiry_policy == Terminus.EXPIRE_NEVER
+        )
+        shared = "shared" in caps or "global" in caps
+        name = src.address
+        if not name:  # a lookup of an existing durable subscription by the link's name
+            qname = session.durable_queue_name(link_name, shared)
+            info = session.lookup_queue(qname)
+            if info is None or info.routing != MULTICAST or not info.durable:
+                refuse(
+                    self.link,
+                    Condition(errors.NOT_FOUND, f"no durable subscription named {link_name!r}"),
+                )
+                return None
+            self.durable = True
+            return Source(
+                info.address,
+                MULTICAST,
+                selector=info.selector,
+                durable_name=link_name,
+                shared=shared,
+            )
+        address, routing = parse_address(name, caps)
+        if routing is None:
+            routing = amqp.engine.resolve_routing(address)
+        if routing == MULTICAST and durable:
+            self.durable = True
+            return Source(
+                address,
+                routing,
+                selector=selector,
+                durable_name=link_name,
+                shared=shared,
+                no_local=no_local,
+            )
+        if no_local and routing != MULTICAST:
+            no_local = False  # meaningless on a queue: ignored, not refused
+        return Source(address, routing, selector=selector, no_local=no_local)
+
+    # -- the core's DeliveryHandler --------------------------------------------------------
+    def deliver(self, d: CoreDelivery) -> None:
+        ref = d.ref
+        payload = encode_message(ref.message, ref.delivery_count, now_ms())
+        tag = d.tag
+        dlv = pn.send(self.ptr, b"%d" % tag, payload)
+        amqp = self.amqp
+        if self.presettled:
+            pn.settle(dlv)
+            self.acks.append(tag)
+            amqp.acks_due(self)
+        amqp.want_flush()
+
+    def drained(self, consumer: Consumer) -> None:
+        if not self.closed:
+            self.link.drained()
+            self.amqp.want_flush()
+
+    def consumer_closed(self, consumer: Consumer, reason: str) -> None:
+        if not self.closed and not self.amqp.closed:
+            self.closed = True
+            self.amqp.links.pop(self.ptr, None)
+            self.link.condition = Condition(errors.RESOURCE_DELETED, reason)
+            self.link.close()
+            self.amqp.want_flush()
+
+    # -- from the client --------------------------------------------------------------------
+    def flow(self) -> None:
+        session = self.amqp.session
+        if session is not None and not self.closed:
+            ptr = self.ptr
+            session.set_credit(self.consumer, pn.credit(ptr), bool(pn.drain_mode(ptr)))
+
+    def disposition(self, d: Any) -> None:
+        """The client's outcome for one delivery (raw pointer; the common accept is quick)."""
+        session = self.amqp.session
+        if session is None or self.closed:
+            return
+        state = pn.remote_state(d)
+        if state == pn.ACCEPTED:
+            try:
+                session.settle(self.consumer, int(pn.tag(d)))
+            except ConsumerError as e:
+                log.info("AMQP %s: disposition refused: %s", self.amqp.peer, e)
+            pn.settle(d)
+            return
+        self._outcome(Delivery.wrap(d), state)
+
+    def _outcome(self, dlv: Delivery, state: int) -> None:
+        session = self.amqp.session
+        assert session is not None
+        txid: str | None = None
+        if state == TRANSACTIONAL_STATE:
+            data: Any = dlv.remote.data
+            try:
+                txid = self.amqp.txid_of(data)
+            except errors.CLIENT_ERRORS as e:
+                log.info("AMQP %s: transactional disposition refused: %s", self.amqp.peer, e)
+                dlv.settle()
+                return
+            outcome_desc = data[1] if data and len(data) > 1 else None
+            state = descriptor_code(getattr(outcome_desc, "descriptor", 0x24)) or 0x24
+            outcome = _OUTCOMES.get(state, Outcome.ACCEPTED)
+            value = getattr(outcome_desc, "value", None)
+            failed = bool(value[0]) if state == 0x27 and value else True
+        elif state == Delivery.RECEIVED or (state == 0 and not dlv.settled):
+            return  # not an outcome
+        else:
+            outcome = _STATES.get(state, Outcome.ACCEPTED)  # settled with no outcome: accepted
+            failed = dlv.remote.failed if state == Delivery.MODIFIED else True
+        if outcome is Outcome.MODIFIED and not failed:
+            outcome = Outcome.RELEASED  # modified without delivery-failed: no attempt counted
+        detail = ""
+        if outcome is Outcome.REJECTED:
+            cond = dlv.remote.condition if txid is None else None
+            if cond is not None:
+                detail = f"{cond.name}: {cond.description or ''}".strip()
+        tag = int(dlv.tag)
+        try:
+            session.settle(self.consumer, tag, outcome, tx=txid, reason=REJECTED, detail=detail)
+        except errors.CLIENT_ERRORS as e:
+            log.info("AMQP %s: disposition of %s refused: %s", self.amqp.peer, tag, e)
+            if txid is not None:
+                self.amqp.fail_transaction(txid, e)
+        dlv.settle()
+
+    def flush_acks(self) -> None:
+        acks, self.acks = self.acks, []
+        session = self.amqp.session
+        if session is None or self.closed:
+            return
+        for tag in acks:
+            try:
+                session.settle(self.consumer, tag)
+            except ConsumerError:
+                pass
+
+    def detach(self, closed: bool) -> None:
+        """The client detached: the consumer goes; a durable subscription too on close."""
+        if self.closed:
+            return
+        self.flush_acks()
+        self.closed = True
+        session = self.amqp.session
+        if session is None:
+            return
+        try:
+            session.unsubscribe(self.consumer, delete_durable=closed and self.durable)
+        except errors.CLIENT_ERRORS as e:
+            self.link.condition = errors.condition(e)
+            session.unsubscribe(self.consumer)
+
+    def released(self) -> None:
+        """The link is gone with its session or connection (not removed by the client)."""
+        if not self.closed:
+            self.flush_acks()
+            self.closed = True
+            if self.amqp.session is not None:
+                self.amqp.session.unsubscribe(self.consumer)
+
+
+def _exists_or_creatable(amqp: AmqpSession, address: str, routing: str | None) -> None:
+    """amqp:not-found at attach for a target that neither exists nor may be created."""
+    from waystation.core.postoffice import RoutingError
+
+    session = amqp.session
+    assert session is not None
+    if "::" in address:
+        return
+    if session.lookup_queue(address) is not None or session.lookup_address(address) is not None:
+        return
+    r = routing or amqp.engine.resolve_routing(address)
+    if not session.may_auto_create(address, r):
+        raise RoutingError(f"address {address!r} does not exist and may not be created")
+
+
+__all__ = ["Producer", "Subscriber", "refuse"]

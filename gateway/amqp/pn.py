@@ -1,0 +1,70 @@
+"""Proton's C engine called directly on the per-message path.
+
+The ``proton`` Python classes wrap every event, link and delivery in objects with attribute
+records: several microseconds a message, most of the adapter's cost in a profile.  Transfers,
+dispositions and flow go through these thin calls on the raw pointers instead; attaches,
+conditions and other rare work keep using the wrappers (``Link.wrap(ptr)``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cproton_ffi import ffi, lib
+
+NULL = ffi.NULL
+DELIVERY = lib.PN_DELIVERY
+LINK_FLOW = lib.PN_LINK_FLOW
+ACCEPTED = lib.PN_ACCEPTED
+REJECTED = lib.PN_REJECTED
+RELEASED = lib.PN_RELEASED
+MODIFIED = lib.PN_MODIFIED
+RECEIVED = lib.PN_RECEIVED
+
+collector_peek = lib.pn_collector_peek
+collector_pop = lib.pn_collector_pop
+event_type = lib.pn_event_type
+event_delivery = lib.pn_event_delivery
+event_link = lib.pn_event_link
+delivery_link = lib.pn_delivery_link
+is_receiver = lib.pn_link_is_receiver
+readable = lib.pn_delivery_readable
+partial = lib.pn_delivery_partial
+pending = lib.pn_delivery_pending
+aborted = lib.pn_delivery_aborted
+remote_settled = lib.pn_delivery_settled
+remote_state = lib.pn_delivery_remote_state
+updated = lib.pn_delivery_updated
+update = lib.pn_delivery_update
+settle = lib.pn_delivery_settle
+advance = lib.pn_link_advance
+credit = lib.pn_link_credit
+flow = lib.pn_link_flow
+drain_mode = lib.pn_link_get_drain
+incref = lib.pn_incref
+decref = lib.pn_decref
+
+
+def recv(link: Any, n: int) -> bytes:
+    """The ``n`` pending bytes of the link's current delivery."""
+    buf = bytearray(n)
+    got = lib.pn_link_recv(link, ffi.from_buffer(buf), n)
+    if got < 0:
+        return b""
+    return bytes(buf) if got == n else bytes(buf[:got])
+
+
+def send(link: Any, tag: bytes, payload: bytes) -> Any:
+    """A new delivery on the sender ``link`` carrying ``payload``; returns it."""
+    d = lib.pn_delivery(link, (len(tag), ffi.from_buffer(tag)))
+    lib.pn_link_send(link, ffi.from_buffer(payload), len(payload))
+    lib.pn_link_advance(link)
+    return d
+
+
+def tag(d: Any) -> bytes:
+    t = lib.pn_delivery_tag(d)
+    return ffi.unpack(t.start, t.size)
+
+
+__all__ = ["recv", "send", "tag"]

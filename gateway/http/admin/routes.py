@@ -1,0 +1,263 @@
+"""The admin API's routes under ``/admin/api/v1`` (see docs/operations.md for examples).
+
+Each handler logs in the caller (:mod:`.guard`), checks ``manage`` on the address it touches,
+does the work through :class:`waystation.core.admin.Admin` (or, to browse, a core session of
+the caller's own, so browsing obeys the ``browse`` permission like any client's), and records
+the action in the audit log.  Answers are JSON; errors are ``{"error": "..."}``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from waystation.core.admin import Admin, AdminError
+from waystation.core.divert import DivertError
+from waystation.core.filter import FilterError
+from waystation.core.limits import LimitExceeded
+from waystation.core.postoffice import QueueExists, RoutingError
+from waystation.core.queue import ANYCAST, Queue
+from waystation.core.security import NotAuthorized, Principal
+from waystation.core.session import SessionError
+from waystation.gateway.http.admin import guard
+from waystation.gateway.http.admin.views import message_json
+from waystation.gateway.http.context import HttpContext, read_body
+
+BASE = "/admin/api/v1"
+MAX_PAGE = 1000
+MAX_BODY = 1 << 20
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _ok(data: object, status: int = 200) -> web.Response:
+    return web.json_response(data, status=status)
+
+
+async def _json(request: web.Request) -> dict[str, Any]:
+    if not request.can_read_body:
+        return {}
+    raw = await read_body(request, MAX_BODY)
+    if raw is None:
+        raise guard.error(web.HTTPRequestEntityTooLarge, "request body over 1 MiB")
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError as e:
+        raise guard.error(web.HTTPBadRequest, f"invalid JSON: {e}") from None
+    if not isinstance(data, dict):
+        raise guard.error(web.HTTPBadRequest, "expected a JSON object")
+    return data
+
+
+def _ids(data: dict[str, Any]) -> set[int] | None:
+    ids = data.get("ids")
+    if ids is None:
+        return None
+    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+        raise guard.error(web.HTTPBadRequest, "ids must be a list of message ids (integers)")
+    return set(ids)
+
+
+def _int(request: web.Request, name: str, default: int, hi: int) -> int:
+    text = request.query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit():
+        raise guard.error(web.HTTPBadRequest, f"{name} must be a non-negative integer")
+    return min(int(text), hi)
+
+
+class AdminRoutes:
+    def __init__(self, ctx: HttpContext) -> None:
+        self.ctx = ctx
+        self.admin = Admin(ctx.engine)
+
+    def setup(self, app: web.Application) -> None:
+        r = app.router
+        r.add_get(BASE + "/addresses", self.wrap(self.addresses))
+        r.add_get(BASE + "/queues", self.wrap(self.queues))
+        r.add_post(BASE + "/queues", self.wrap(self.create_queue))
+        q = BASE + "/queues/{name}"
+        r.add_get(q, self.wrap(self.queue))
+        r.add_delete(q, self.wrap(self.delete_queue))
+        r.add_get(q + "/messages", self.wrap(self.browse))
+        r.add_delete(q + "/messages", self.wrap(self.purge))
+        r.add_delete(q + "/messages/{id:[0-9]+}", self.wrap(self.delete_message))
+        r.add_post(q + "/retry", self.wrap(self.retry))
+        r.add_post(q + "/move", self.wrap(self.move))
+        r.add_post(q + "/pause", self.wrap(self.pause))
+        r.add_post(q + "/resume", self.wrap(self.resume))
+        r.add_get(BASE + "/connections", self.wrap(self.connections))
+        r.add_delete(BASE + "/connections/{id}", self.wrap(self.close_connection))
+        r.add_get(BASE + "/bridges", self.wrap(self.bridges))
+
+    def wrap(self, fn: Callable[[web.Request, Principal], Awaitable[web.Response]]) -> Handler:
+        """Log in, then map the core's refusals to HTTP answers."""
+
+        async def handler(request: web.Request) -> web.StreamResponse:
+            if not self.ctx.engine.started:
+                raise guard.error(web.HTTPServiceUnavailable, "node not started")
+            principal = await guard.login(request, self.ctx)
+            try:
+                return await fn(request, principal)
+            except AdminError as e:
+                raise guard.error(web.HTTPNotFound, str(e)) from None
+            except NotAuthorized as e:
+                guard.audit.warning("denied %s %s: %s", request.method, request.path, e)
+                raise guard.error(web.HTTPForbidden, str(e)) from None
+            except QueueExists as e:
+                raise guard.error(web.HTTPConflict, str(e)) from None
+            except (RoutingError, FilterError, SessionError, DivertError, ValueError) as e:
+                raise guard.error(web.HTTPBadRequest, str(e)) from None
+            except LimitExceeded as e:
+                raise guard.error(web.HTTPServiceUnavailable, str(e)) from None
+
+        return handler
+
+    # -- helpers --------------------------------------------------------------------------
+    def _queue(self, request: web.Request, principal: Principal) -> Queue:
+        q = self.admin.queue(request.match_info["name"])
+        guard.require(request, self.ctx, principal, q.address)
+        return q
+
+    def _node_wide(self, request: web.Request, principal: Principal) -> None:
+        guard.require(request, self.ctx, principal, guard.NODE_WIDE)
+
+    # -- addresses and queues -------------------------------------------------------------
+    async def addresses(self, request: web.Request, principal: Principal) -> web.Response:
+        out = [
+            a
+            for a in self.admin.addresses()
+            if guard.may_manage(self.ctx, principal, str(a["name"]))
+        ]
+        if not out:
+            self._node_wide(request, principal)  # 403 for someone who may manage nothing
+        return _ok({"addresses": out})
+
+    async def queues(self, request: web.Request, principal: Principal) -> web.Response:
+        out = [
+            self.admin.queue_info(q)
+            for q in self.admin.queues()
+            if guard.may_manage(self.ctx, principal, q.address)
+        ]
+        if not out:
+            self._node_wide(request, principal)
+        return _ok({"queues": out})
+
+    async def queue(self, request: web.Request, principal: Principal) -> web.Response:
+        return _ok(self.admin.queue_info(self._queue(request, principal)))
+
+    async def create_queue(self, request: web.Request, principal: Principal) -> web.Response:
+        data = await _json(request)
+        name = data.get("name")
+        if not isinstance(name, str) or not name:
+            raise guard.error(web.HTTPBadRequest, "name (a string) is required")
+        address = str(data.get("address") or name)
+        guard.require(request, self.ctx, principal, address)
+        q = self.admin.create_queue(
+            name,
+            address,
+            str(data.get("routing") or ANYCAST),
+            durable=bool(data.get("durable", True)),
+            filter=data.get("filter"),
+        )
+        guard.done(request, principal, f"created queue {name!r} on {address!r}")
+        return _ok(self.admin.queue_info(q), 201)
+
+    async def delete_queue(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        depth = q.depth
+        self.admin.delete_queue(q.name)
+        guard.done(request, principal, f"deleted queue {q.name!r} ({depth} messages)")
+        return _ok({"deleted": q.name, "messages": depth})
+
+    # -- messages -------------------------------------------------------------------------
+    async def browse(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        limit = _int(request, "limit", 100, MAX_PAGE)
+        offset = _int(request, "offset", 0, 1 << 31)
+        selector = request.query.get("selector") or None
+        session = self.ctx.engine.open_session(principal, "admin", guard.remote_of(request))
+        try:
+            found = session.browse(q.name, selector)
+            page = [message_json(m) for m in itertools.islice(found, offset, offset + limit)]
+        finally:
+            session.close()
+        guard.done(request, principal, f"browsed {q.name!r}", logging.INFO)
+        return _ok({"queue": q.name, "depth": q.depth, "offset": offset, "messages": page})
+
+    async def purge(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        n = self.admin.purge(q.name)
+        guard.done(request, principal, f"purged {n} messages from {q.name!r}")
+        return _ok({"queue": q.name, "removed": n})
+
+    async def delete_message(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        mid = int(request.match_info["id"])
+        if not self.admin.delete_message(q.name, mid):
+            raise guard.error(web.HTTPNotFound, f"no waiting message {mid} in {q.name!r}")
+        guard.done(request, principal, f"deleted message {mid} from {q.name!r}")
+        return _ok({"queue": q.name, "removed": 1})
+
+    async def retry(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        ids = _ids(await _json(request))
+        for address in sorted(self.admin.retry_targets(q.name, ids)):
+            guard.require(request, self.ctx, principal, address)  # where they will go
+        r = self.admin.retry(q.name, ids)
+        guard.done(request, principal, f"retried {r.moved} messages from {q.name!r}")
+        return _ok({"queue": q.name, "retried": r.moved, "skipped": r.skipped})
+
+    async def move(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        data = await _json(request)
+        target = data.get("target")
+        if not isinstance(target, str) or not target:
+            raise guard.error(web.HTTPBadRequest, "target (an address) is required")
+        guard.require(request, self.ctx, principal, target)
+        r = self.admin.move(q.name, target, _ids(data), data.get("selector"))
+        guard.done(request, principal, f"moved {r.moved} messages from {q.name!r} to {target!r}")
+        return _ok({"queue": q.name, "target": target, "moved": r.moved})
+
+    async def pause(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        self.admin.pause(q.name)
+        guard.done(request, principal, f"paused {q.name!r}")
+        return _ok(self.admin.queue_info(q))
+
+    async def resume(self, request: web.Request, principal: Principal) -> web.Response:
+        q = self._queue(request, principal)
+        self.admin.resume(q.name)
+        guard.done(request, principal, f"resumed {q.name!r}")
+        return _ok(self.admin.queue_info(q))
+
+    # -- connections and bridges ------------------------------------------------------------
+    async def connections(self, request: web.Request, principal: Principal) -> web.Response:
+        self._node_wide(request, principal)
+        return _ok({"connections": self.admin.sessions()})
+
+    async def close_connection(self, request: web.Request, principal: Principal) -> web.Response:
+        self._node_wide(request, principal)
+        sid = request.match_info["id"]
+        info = self.admin.session(sid).info()
+        self.admin.close_session(sid)
+        guard.done(request, principal, f"closed connection {sid} of {info['user']!r}")
+        return _ok({"closed": sid})
+
+    async def bridges(self, request: web.Request, principal: Principal) -> web.Response:
+        self._node_wide(request, principal)
+        status: Callable[[], list[dict[str, object]]] | None = self.ctx.bridges
+        return _ok({"bridges": status() if status is not None else []})
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    AdminRoutes(ctx).setup(app)
+
+
+__all__ = ["BASE", "AdminRoutes", "setup"]

@@ -1,0 +1,244 @@
+"""``GET /metrics``: the node's numbers in the Prometheus text format.
+
+Nothing is counted per message for this: a custom collector reads, at scrape time, the
+counters the core keeps anyway (each queue's depth and totals, the address memory, the open
+sessions, the journal's counters, the bridges' status) and turns them into metric families.
+A scrape costs a walk over the queues and sessions, nothing between scrapes.  The one thing
+measured here is event-loop lag: a small task sleeps a fixed interval and records how late it
+woke (a loop blocked by a slow callback shows as lag).
+
+Counters the core does not keep yet are not invented: per-queue expired and dead-lettered
+totals (by reason) and journal fsync timings appear once the core exposes them (see
+docs/operations.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from waystation.core.authentication import authenticator
+from waystation.gateway.http.context import HttpContext
+
+PREFIX = "waystation_"
+LAG_INTERVAL = 0.25  # seconds between event-loop lag samples
+
+
+class LoopLag:
+    """How late the event loop runs a timer: the last sample and the worst since the last
+    scrape (a stall between scrapes is not averaged away)."""
+
+    def __init__(self, interval: float = LAG_INTERVAL) -> None:
+        self.interval = interval
+        self.last = 0.0
+        self.worst = 0.0
+        self.samples = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            t0 = time.monotonic()
+            await asyncio.sleep(self.interval)
+            lag = max(0.0, time.monotonic() - t0 - self.interval)
+            self.last = lag
+            self.worst = max(self.worst, lag)
+            self.samples += 1
+
+    def take_worst(self) -> float:
+        w, self.worst = self.worst, self.last
+        return w
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+def _counter(name: str, doc: str, labels: list[str] | None = None) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, labels=labels)
+
+
+class NodeCollector(Collector):
+    """Builds every family from the engine's state when Prometheus asks."""
+
+    def __init__(self, ctx: HttpContext, lag: LoopLag) -> None:
+        self.ctx = ctx
+        self.lag = lag
+
+    def collect(self) -> Iterator[Metric]:
+        engine = self.ctx.engine
+        if not engine.started:
+            return
+        yield from self._queues()
+        yield from self._addresses()
+        yield from self._connections()
+        yield from self._bridges()
+        yield from self._journal()
+        yield from self._logins()
+        lag = _gauge("event_loop_lag_seconds", "How late the event loop ran the last timer.")
+        lag.add_metric([], self.lag.last)
+        yield lag
+        worst = _gauge(
+            "event_loop_lag_max_seconds", "The worst event-loop lag since the previous scrape."
+        )
+        worst.add_metric([], self.lag.take_worst())
+        yield worst
+
+    def _queues(self) -> Iterator[Metric]:
+        labels = ["queue", "address", "routing"]
+        depth = _gauge("queue_messages", "Messages waiting (memory, paged, scheduled).", labels)
+        flight = _gauge("queue_in_flight", "Messages delivered and not yet settled.", labels)
+        consumers = _gauge("queue_consumers", "Consumers attached.", labels)
+        added = _counter("queue_enqueued", "Messages added to the queue.", labels)
+        acked = _counter("queue_acked", "Messages acknowledged from the queue.", labels)
+        paused = _gauge("queue_paused", "1 while an operator has paused delivery.", labels)
+        expired = _counter("queue_expired", "Messages that expired in the queue.", labels)
+        dead = _counter(
+            "queue_dead_lettered",
+            "Messages dead-lettered from the queue, by reason.",
+            [*labels, "reason"],
+        )
+        for q in list(self.ctx.engine.post.queues.values()):
+            if q.temporary:
+                continue  # one per subscriber connection: a series each would explode
+            lv = [q.name, q.address, q.routing]
+            depth.add_metric(lv, q.depth)
+            flight.add_metric(lv, q.in_flight)
+            consumers.add_metric(lv, len(q.consumers))
+            added.add_metric(lv, q.messages_added)
+            acked.add_metric(lv, q.messages_acked)
+            paused.add_metric(lv, 1 if q.paused else 0)
+            expired.add_metric(lv, q.messages_expired)
+            for reason, n in q.messages_dead_lettered.items():
+                dead.add_metric([*lv, reason], n)
+        yield from (depth, flight, consumers, added, acked, paused, expired, dead)
+
+    def _addresses(self) -> Iterator[Metric]:
+        post = self.ctx.engine.post
+        mem = _gauge(
+            "address_memory_bytes",
+            "Bytes of message data an address's queues hold in memory (paged ones excluded).",
+            ["address"],
+        )
+        for name in list(post.addresses):
+            mem.add_metric([name], post.usage(name).memory_bytes)
+        yield mem
+        n = _gauge("addresses", "Addresses declared.")
+        n.add_metric([], len(post.addresses))
+        yield n
+
+    def _connections(self) -> Iterator[Metric]:
+        by_protocol: Counter[str] = Counter()
+        msgs_in: Counter[str] = Counter()
+        for s in list(self.ctx.engine.sessions.values()):
+            by_protocol[s.protocol] += 1
+            msgs_in[s.protocol] += s.messages_in
+        conns = _gauge("connections", "Open core sessions, by protocol.", ["protocol"])
+        for p in sorted(set(self.ctx.adapters) | set(by_protocol)):
+            conns.add_metric([p], by_protocol[p])
+        yield conns
+
+    def _bridges(self) -> Iterator[Metric]:
+        status: Callable[[], list[dict[str, Any]]] | None = self.ctx.bridges
+        if status is None:
+            return
+        labels = ["bridge", "remote_node"]
+        up = _gauge("bridge_up", "1 while the bridge's link is connected.", labels)
+        backlog = _gauge("bridge_backlog", "Messages waiting to be forwarded.", labels)
+        flight = _gauge("bridge_in_flight", "Messages sent and not yet confirmed.", labels)
+        fwd = _counter("bridge_forwarded", "Messages the remote confirmed.", labels)
+        failed = _counter("bridge_failed", "Failed connection attempts.", labels)
+        dead = _counter("bridge_dead_lettered", "Messages the bridge dead-lettered.", labels)
+        for b in status():
+            lv = [str(b.get("name", "")), str(b.get("remote_node") or b.get("foreign") or "")]
+            up.add_metric(lv, 1 if b.get("state") == "connected" else 0)
+            backlog.add_metric(lv, _num(b.get("waiting")))
+            flight.add_metric(lv, _num(b.get("in_flight")))
+            fwd.add_metric(lv, _num(b.get("forwarded")))
+            failed.add_metric(lv, _num(b.get("failed")))
+            dead.add_metric(lv, _num(b.get("dead_lettered")))
+        yield from (up, backlog, flight, fwd, failed, dead)
+
+    def _journal(self) -> Iterator[Metric]:
+        stats = self.ctx.engine.journal.stats()
+        if not stats:
+            return
+        counters = {
+            "batches": "Write batches appended to the message journal.",
+            "bytes": "Bytes appended to the message journal.",
+            "fsyncs": "fdatasync calls on message journal files.",
+            "groups": "Group commits (batches written and synced together).",
+            "compactions": "Journal compactions run.",
+        }
+        for key, doc in counters.items():
+            if key in stats:
+                c = _counter(f"journal_{key}", doc)
+                c.add_metric([], stats[key])
+                yield c
+        for key, doc in {
+            "files": "Journal data files.",
+            "live_records": "Live records in the journal.",
+        }.items():
+            if key in stats:
+                g = _gauge(f"journal_{key}", doc)
+                g.add_metric([], stats[key])
+                yield g
+
+    def _logins(self) -> Iterator[Metric]:
+        stats = authenticator(self.ctx.engine).stats
+        c = _counter("login_failures", "Failed logins (all protocols).")
+        c.add_metric([], stats.get("failed", 0))
+        yield c
+        r = _counter("login_refusals", "Logins refused without a check (throttle, busy).")
+        r.add_metric([], stats.get("refused_locked", 0) + stats.get("refused_busy", 0))
+        yield r
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) else 0.0
+
+
+LAG = web.AppKey("ops_lag", LoopLag)
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    lag = LoopLag()
+    app[LAG] = lag
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(NodeCollector(ctx, lag))
+
+    async def metrics(request: web.Request) -> web.Response:
+        body = generate_latest(registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def started(app: web.Application) -> None:
+        lag.start()
+
+    async def stopped(app: web.Application) -> None:
+        await lag.stop()
+
+    app.on_startup.append(started)
+    app.on_cleanup.append(stopped)
+    app.router.add_get("/metrics", metrics)
+
+
+__all__ = ["LoopLag", "NodeCollector", "setup"]

@@ -1,0 +1,397 @@
+"""SUBSCRIBE and UNSUBSCRIBE, and what a persistent session keeps between connections.
+
+Each topic filter is one core consumer on a multicast subscription of the mapped pattern:
+a temporary one for a session that ends with its connection, a durable one (named after the
+filter, owned by the user and client id) for a persistent session, so messages queue up
+while the client is away.  ``$share/<group>/<filter>`` is a shared durable subscription: one
+queue per group and filter, its consumers taking turns.
+
+A persistent session's state is saved with the core session (survives node restarts):
+``subscriptions`` (a list of ``[filter, qos, no_local, retain_as_published, retain_handling,
+subscription_id]``), ``qos2_in`` (``[packet id, duplicate id]`` of QoS 2 messages awaiting
+PUBREL, see ``publish_in.py``) and
+``qos2_out`` (QoS 2 deliveries: ``[packet id, message id, state]``, see ``inflight.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from waystation.core.consumer import Consumer, ConsumerError, Delivery
+from waystation.core.limits import LimitExceeded
+from waystation.core.postoffice import RoutingError
+from waystation.core.queue import MULTICAST
+from waystation.core.security import NotAuthorized, Permission
+from waystation.core.session import CreditMode, SessionError, Source
+from waystation.gateway.mqtt.topics import (
+    TopicError,
+    dollar_blind,
+    escape_level,
+    filter_to_pattern,
+    parse_filter,
+)
+from waystation.wire.mqtt import (
+    ProtocolError,
+    PubRel,
+    ReasonCode,
+    SubAck,
+    Subscribe,
+    UnsubAck,
+    Unsubscribe,
+    validate_topic_filter,
+)
+
+if TYPE_CHECKING:
+    from waystation.gateway.mqtt.session import MqttSession
+
+log = logging.getLogger("waystation.mqtt")
+R = ReasonCode
+STATE_KEYS = ("subscriptions", "qos2_in", "qos2_out")
+
+
+class Sub:
+    """One topic filter of a session."""
+
+    __slots__ = (
+        "filter",
+        "pattern",
+        "qos",
+        "no_local",
+        "retain_as_published",
+        "retain_handling",
+        "sub_id",
+        "group",
+        "durable",
+        "presettled",
+        "dollar_blind",
+        "consumer",
+        "closed",
+        "last_address",
+        "last_topic",
+    )
+
+    def __init__(
+        self,
+        topic_filter: str,
+        pattern: str,
+        qos: int,
+        no_local: bool = False,
+        retain_as_published: bool = False,
+        retain_handling: int = 0,
+        sub_id: int = 0,
+        group: str | None = None,
+    ) -> None:
+        self.filter = topic_filter
+        self.pattern = pattern
+        self.qos = qos
+        self.no_local = no_local
+        self.retain_as_published = retain_as_published
+        self.retain_handling = retain_handling
+        self.sub_id = sub_id
+        self.group = group
+        self.durable = False
+        self.presettled = qos == 0
+        self.dollar_blind = dollar_blind(parse_filter(topic_filter)[1])
+        self.consumer: Consumer | None = None
+        self.closed = False
+        self.last_address = ""  # the last delivery's address and its topic, reused
+        self.last_topic = ""
+
+    def record(self) -> list[Any]:
+        return [
+            self.filter,
+            self.qos,
+            self.no_local,
+            self.retain_as_published,
+            self.retain_handling,
+            self.sub_id,
+        ]
+
+
+class _Handler:
+    __slots__ = ("session", "sub")
+
+    def __init__(self, session: MqttSession, sub: Sub) -> None:
+        self.session = session
+        self.sub = sub
+
+    def deliver(self, delivery: Delivery) -> None:
+        self.session.deliver(self.sub, delivery)
+
+    def consumer_closed(self, consumer: object, reason: str) -> None:
+        s, ms = self.sub, self.session
+        s.closed = True
+        if not ms.closed and ms.subs.get(s.filter) is s:
+            log.info("MQTT %s: subscription %r closed: %s", ms.link.peer, s.filter, reason)
+            del ms.subs[s.filter]
+
+
+def durable_name(topic_filter: str) -> str:
+    """The durable subscription name of a filter (names cannot hold a filter's characters)."""
+    group, rest = parse_filter(topic_filter)
+    digest = hashlib.sha1(rest.encode()).hexdigest()[:24]
+    if group is None:
+        return f"mqtt.{digest}"
+    return f"mqtt.{escape_level(group)}.{digest}"
+
+
+# -- subscribing ---------------------------------------------------------------------------
+def subscribe(ms: MqttSession, p: Subscribe) -> None:
+    """SUBACK first, then what the new subscriptions brought (queued or retained)."""
+    sub_id = int(p.properties.get("subscription_identifier", 0)) if ms.v5 else 0
+    codes: list[int] = []
+    retained: list[Sub] = []
+    ms._hold_out = []
+    try:
+        for req in p.subscriptions:
+            try:
+                codes.append(_one(ms, req, sub_id, retained))
+            except (
+                NotAuthorized,
+                LimitExceeded,
+                RoutingError,
+                SessionError,
+                ConsumerError,
+                TopicError,
+                _Refused,
+            ) as e:
+                code = _code(e)
+                log.info("MQTT %s: SUBSCRIBE %r refused: %s", ms.link.peer, req.filter, e)
+                codes.append(code if ms.v5 else 0x80)
+    finally:
+        held, ms._hold_out = ms._hold_out, None
+    if ms.closed:
+        return
+    ms._packet(SubAck(p.packet_id, codes))
+    for data in held or ():
+        ms.link.write(data)
+    save_subscriptions(ms)
+    session = ms.session
+    assert session is not None
+    for s in retained:  # copies into the subscription's queue, delivered like the rest
+        if not s.closed and s.consumer is not None:
+            session.send_retained(s.consumer)
+
+
+class _Refused(Exception):
+    def __init__(self, reason: int, text: str) -> None:
+        super().__init__(text)
+        self.reason = reason
+
+
+def _code(e: Exception) -> int:
+    if isinstance(e, _Refused):
+        return e.reason
+    if isinstance(e, NotAuthorized):
+        return R.NOT_AUTHORIZED
+    if isinstance(e, LimitExceeded):
+        return R.QUOTA_EXCEEDED
+    if isinstance(e, TopicError):
+        return R.TOPIC_FILTER_INVALID
+    return R.UNSPECIFIED_ERROR
+
+
+def _one(ms: MqttSession, req: Any, sub_id: int, retained: list[Sub]) -> int:
+    f = req.filter
+    try:
+        validate_topic_filter(f)
+    except ProtocolError as e:
+        raise _Refused(R.TOPIC_FILTER_INVALID, e.message) from e
+    group, rest = parse_filter(f)
+    if group is not None and req.no_local:
+        raise ProtocolError(R.PROTOCOL_ERROR, "[MQTT-3.8.3-4] no local on a shared subscription")
+    old = ms.subs.get(f)
+    if old is None and len(ms.subs) >= ms.options.max_subscriptions:
+        raise _Refused(R.QUOTA_EXCEEDED, f"this client already has {len(ms.subs)} subscriptions")
+    qos = min(req.qos, ms.options.max_qos)
+    s = Sub(
+        f,
+        filter_to_pattern(rest),
+        qos,
+        req.no_local,
+        req.retain_as_published,
+        req.retain_handling,
+        sub_id,
+        group,
+    )
+    _attach(ms, s, durable=group is not None or ms.expiry > 0 or (old is not None and old.durable))
+    if old is not None:  # replaced, without a gap [MQTT-3.8.4-3]
+        old.closed = True
+        assert ms.session is not None and old.consumer is not None
+        ms.session.unsubscribe(old.consumer)
+    ms.subs[f] = s
+    if group is None and (req.retain_handling == 0 or (req.retain_handling == 1 and old is None)):
+        retained.append(s)  # after SUBACK [MQTT-3.8.4-4]; none for a shared one
+    return qos
+
+
+def _attach(ms: MqttSession, s: Sub, *, durable: bool) -> None:
+    session = ms.session
+    assert session is not None
+    s.durable = durable
+    source = Source(
+        s.pattern,
+        MULTICAST,
+        durable_name=durable_name(s.filter) if durable else None,
+        shared=s.group is not None,
+        no_local=s.no_local,
+    )
+    s.consumer = session.subscribe(
+        source,
+        _Handler(ms, s),
+        mode=CreditMode.PRESETTLED if s.qos == 0 else CreditMode.WINDOW,
+        window=ms.outbound.limit,
+        name=s.filter,
+    )
+    if ms._paused_writing or ms.outbound.window_paused:
+        s.consumer.pause()
+
+
+def unsubscribe(ms: MqttSession, p: Unsubscribe) -> None:
+    session = ms.session
+    assert session is not None
+    codes: list[int] = []
+    for f in p.filters:
+        s = ms.subs.pop(f, None)
+        if s is None:
+            codes.append(R.NO_SUBSCRIPTION_EXISTED)
+            continue
+        _detach(ms, s, delete=True)
+        codes.append(R.SUCCESS)
+    ms._packet(UnsubAck(p.packet_id, codes if ms.v5 else []))
+    save_subscriptions(ms)
+
+
+def _detach(ms: MqttSession, s: Sub, *, delete: bool) -> None:
+    """Detach ``s``; with ``delete``, its durable subscription goes too (not a shared one,
+    and only where the user may delete: else it stays, detached)."""
+    session = ms.session
+    assert session is not None and s.consumer is not None
+    s.closed = True
+    drop = delete and s.durable and s.group is None
+    if drop and not session.allowed(Permission.DELETE_DURABLE_QUEUE, s.pattern):
+        log.info(
+            "MQTT %s: durable subscription of %r kept: no delete permission", ms.link.peer, s.filter
+        )
+        drop = False
+    try:
+        session.unsubscribe(s.consumer, delete_durable=drop)
+    except (NotAuthorized, SessionError) as e:
+        log.info("MQTT %s: unsubscribing %r: %s", ms.link.peer, s.filter, e)
+
+
+# -- persistent sessions ----------------------------------------------------------------------
+def open_state(ms: MqttSession, clean: bool) -> bool:
+    """At CONNECT: discard (clean start) or find the saved session; whether one is present."""
+    session = ms.session
+    assert session is not None
+    saved = session.load_state("subscriptions")
+    ms._stateful = saved is not None or ms.expiry > 0
+    if clean or saved is None:
+        if saved is not None:
+            _forget(ms, saved)
+        if ms.expiry > 0:
+            session.save_state("subscriptions", [])
+        return False
+    ms._resume = list(saved)
+    ms.inbound.restore(session.load_state("qos2_in") or [])
+    ms.outbound.restore(session.load_state("qos2_out") or [])
+    return True
+
+
+def resume(ms: MqttSession) -> None:
+    """After CONNACK: the saved subscriptions attach again (what queued meanwhile flows),
+    and PUBRELs the client has not confirmed are sent again [MQTT-4.4.0-1]."""
+    for pid in ms.outbound.released():
+        ms._packet(PubRel(pid))
+    for rec in ms._resume:
+        f, qos, no_local, rap, rh, sub_id = rec
+        group, rest = parse_filter(f)
+        s = Sub(f, filter_to_pattern(rest), qos, no_local, rap, rh, sub_id, group)
+        try:
+            _attach(ms, s, durable=True)
+        except (NotAuthorized, LimitExceeded, RoutingError, SessionError, ConsumerError) as e:
+            log.info("MQTT %s: saved subscription %r not resumed: %s", ms.link.peer, f, e)
+            continue
+        ms.subs[f] = s
+    ms._resume = []
+    save_subscriptions(ms)
+
+
+def _forget(ms: MqttSession, saved: list[Any]) -> None:
+    session = ms.session
+    assert session is not None
+    for rec in saved:
+        _delete_durable(session, rec[0])
+    for key in STATE_KEYS:
+        session.drop_state(key)
+
+
+def _delete_durable(session: Any, topic_filter: str) -> None:
+    if parse_filter(topic_filter)[0] is not None:
+        return  # a shared subscription is the group's
+    name = session.durable_queue_name(durable_name(topic_filter))
+    try:
+        session.delete_subscription(name)
+    except (NotAuthorized, SessionError) as e:
+        log.info("MQTT: durable subscription %r kept: %s", name, e)
+
+
+def drop_session(ms: MqttSession) -> None:
+    """The connection of a session with expiry 0 ends: so does the session (a resumed one
+    had durable subscriptions and saved state)."""
+    stateful = ms._stateful or any(s.durable and s.group is None for s in ms.subs.values())
+    for s in list(ms.subs.values()):
+        if s.durable and s.group is None:
+            _detach(ms, s, delete=True)
+    if stateful:
+        session = ms.session
+        assert session is not None
+        for key in STATE_KEYS:
+            session.drop_state(key)
+
+
+def expirer(ms: MqttSession) -> Callable[[], None]:
+    """What ends a persistent session once its expiry interval has passed unclaimed."""
+    engine, principal, cid = ms.engine, ms.principal, ms.core_id
+    assert principal is not None
+
+    def expire() -> None:
+        session = engine.open_session(principal, "mqtt", "session-expiry", cid)
+        try:
+            for rec in session.load_state("subscriptions") or ():
+                _delete_durable(session, rec[0])
+            for key in STATE_KEYS:
+                session.drop_state(key)
+        finally:
+            session.close()
+
+    return expire
+
+
+def save_subscriptions(ms: MqttSession) -> None:
+    if ms.expiry > 0 and ms.session is not None:
+        ms._stateful = True
+        recs = [s.record() for s in ms.subs.values()]
+        ms.session.save_state("subscriptions", recs)
+
+
+def save_inbound(ms: MqttSession) -> asyncio.Future[None] | None:
+    if ms.expiry == 0 or ms.session is None:
+        return None
+    ms._stateful = True
+    return ms.session.save_state("qos2_in", ms.inbound.saved())
+
+
+def save_outbound(ms: MqttSession) -> asyncio.Future[None] | None:
+    if ms.expiry == 0 or ms.session is None:
+        return None
+    ms._stateful = True
+    return ms.session.save_state("qos2_out", ms.outbound.saved())
+
+
+__all__ = ["Sub", "durable_name", "open_state", "resume", "subscribe", "unsubscribe"]
