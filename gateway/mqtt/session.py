@@ -23,6 +23,7 @@ from waystation.core.message import now_ms
 from waystation.core.queue import MULTICAST
 from waystation.core.security import AuthenticationError, Principal
 from waystation.core.session import Session
+from waystation.gateway.admission import certificate_subject
 from waystation.gateway.link import Link
 from waystation.gateway.mqtt import subscriptions
 from waystation.gateway.mqtt.deliveries import Deliveries
@@ -330,6 +331,14 @@ class MqttSession(PublishIn, Deliveries):
                 raise Refused(R.BAD_USER_NAME_OR_PASSWORD, "the password is not UTF-8") from None
         auth = authenticator(self.engine)
         peer = str(self.link.peer)
+        subject = certificate_subject(getattr(self.link, "peer_certificate", None))
+        if subject is not None and p.username is None and self.engine.security.enabled:
+            try:  # a verified TLS client certificate is the login (users' ``certificate``)
+                principal = auth.certificate(subject, peer)
+            except AuthenticationError as e:
+                raise Refused(R.NOT_AUTHORIZED, str(e)) from None
+            self._connected(p, principal)
+            return
         if not self.engine.security.enabled:
             self._connected(p, auth.authenticate_blocking(p.username, password, peer))
             return

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import paho.mqtt.client as mqtt
-from nodekit import NodeProcess, free_port, wait_port
+from nodekit import NodeProcess
 from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -24,16 +24,7 @@ class MqttNode(NodeProcess):
     """A node process whose ``[acceptors.mqtt]`` listens on ``mqtt_port``."""
 
     def __init__(self, workdir: Path, mqtt_table: str = "", **kw: Any) -> None:
-        super().__init__(workdir, **kw)
-        self.mqtt_port = free_port()
-        text = self.config_path.read_text().replace("mqtt = false\n", "", 1)
-        text += f'\n[acceptors.mqtt]\nurl = "tcp://127.0.0.1:{self.mqtt_port}"\n{mqtt_table}\n'
-        self.config_path.write_text(text)
-
-    def start(self) -> MqttNode:
-        super().start()
-        wait_port(self.mqtt_port, proc=self.proc)
-        return self
+        super().__init__(workdir, mqtt=mqtt_table or True, **kw)
 
 
 class Paho:
