@@ -57,6 +57,8 @@ class ProtocolAdapter:
     refusal: Callable[[str], bytes] = _no_refusal
     subprotocols: tuple[str, ...] = field(default=())  # WebSocket subprotocols offered
     text_frames: bool = False  # WebSocket: batches that are valid UTF-8 go as text frames
+    # once the engine has started (recovered): re-arm what the protocol keeps over restarts
+    on_start: Callable[[Engine], object] | None = None
 
 
 __all__ = ["ProtocolAdapter", "SessionOpener", "StreamSession"]

@@ -164,6 +164,9 @@ class Node:
     async def start(self) -> None:
         t0 = time.monotonic()
         await self.engine.start()
+        for adapter in ADAPTERS.values():
+            if adapter.on_start is not None:
+                adapter.on_start(self.engine)
         acc = self.cfg.acceptors
         engine = self.engine
         sessions = {name: opener(a, engine, getattr(acc, name)) for name, a in ADAPTERS.items()}

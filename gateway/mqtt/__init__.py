@@ -5,6 +5,7 @@ from __future__ import annotations
 from waystation.gateway.adapter import ProtocolAdapter
 from waystation.gateway.mqtt.options import MqttOptions, options_from
 from waystation.gateway.mqtt.session import MqttSession
+from waystation.gateway.mqtt.subscriptions import rearm
 from waystation.wire.mqtt import MQTT_311, ConnAck, ReasonCode, encode
 
 # sent to a connection refused at the door: the client's version is not known yet, and a
@@ -21,6 +22,7 @@ ADAPTER = ProtocolAdapter(
     new_session=lambda engine, link, acceptor: MqttSession(engine, link, options_from(acceptor)),
     refusal=refusal,
     subprotocols=("mqtt", "mqttv3.1"),
+    on_start=rearm,
     text_frames=False,
 )
 

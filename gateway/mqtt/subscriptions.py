@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,8 +26,9 @@ from waystation.core.consumer import Consumer, ConsumerError, Delivery
 from waystation.core.limits import LimitExceeded
 from waystation.core.postoffice import RoutingError
 from waystation.core.queue import MULTICAST
-from waystation.core.security import NotAuthorized, Permission
+from waystation.core.security import SYSTEM, NotAuthorized, Permission, Principal
 from waystation.core.session import CreditMode, SessionError, Source
+from waystation.gateway.mqtt.registry import registry
 from waystation.gateway.mqtt.topics import (
     TopicError,
     dollar_blind,
@@ -46,11 +48,13 @@ from waystation.wire.mqtt import (
 )
 
 if TYPE_CHECKING:
+    from waystation.core.engine import Engine
     from waystation.gateway.mqtt.session import MqttSession
 
 log = logging.getLogger("waystation.mqtt")
 R = ReasonCode
-STATE_KEYS = ("subscriptions", "qos2_in", "qos2_out")
+NEVER = 0xFFFFFFFF  # a session expiry interval that does not expire
+STATE_KEYS = ("subscriptions", "qos2_in", "qos2_out", "expires")
 
 
 class Sub:
@@ -298,6 +302,7 @@ def open_state(ms: MqttSession, clean: bool) -> bool:
             session.save_state("subscriptions", [])
         return False
     ms._resume = list(saved)
+    session.drop_state("expires")  # claimed: no longer expiring
     ms.inbound.restore(session.load_state("qos2_in") or [])
     ms.outbound.restore(session.load_state("qos2_out") or [])
     return True
@@ -356,10 +361,35 @@ def drop_session(ms: MqttSession) -> None:
 
 
 def expirer(ms: MqttSession) -> Callable[[], None]:
-    """What ends a persistent session once its expiry interval has passed unclaimed."""
-    engine, principal, cid = ms.engine, ms.principal, ms.core_id
-    assert principal is not None
+    """What ends a persistent session once its expiry interval has passed unclaimed; the
+    moment is saved too, so a node restarted meanwhile ends it then (:func:`rearm`)."""
+    assert ms.principal is not None and ms.session is not None
+    if 0 < ms.expiry < NEVER:
+        at = time.time() + ms.expiry
+        who = {"at": at, "user": ms.principal.name, "client": ms.client_id}
+        ms.session.save_state("expires", who)
+    return _expire(ms.engine, ms.principal, ms.core_id)
 
+
+def rearm(engine: Engine) -> int:
+    """At node start: the persistent sessions whose clients left with a finite expiry get
+    their expiry timers back (one already past ends at once); how many."""
+    n = 0
+    now = time.time()
+    reg = registry(engine)
+    for scope in engine.client_states.scopes("mqtt/"):
+        who = engine.load_state(scope, "expires")
+        if not isinstance(who, dict):
+            continue
+        principal = engine.principal_named(str(who.get("user"))) or SYSTEM
+        left = max(1, int(float(who.get("at", now)) - now))
+        expire = _expire(engine, principal, scope.removeprefix("mqtt/"))
+        reg.left(str(who.get("client")), principal, "restart", None, 0, left, expire)
+        n += 1
+    return n
+
+
+def _expire(engine: Engine, principal: Principal, cid: str) -> Callable[[], None]:
     def expire() -> None:
         session = engine.open_session(principal, "mqtt", "session-expiry", cid)
         try:

@@ -216,3 +216,31 @@ def test_persistent_session_survives_a_restart(tmp_path):
         back.close()
     finally:
         node.stop()
+
+
+def test_session_expiry_runs_on_after_a_restart(tmp_path):
+    node = MqttNode(tmp_path).start()
+    try:
+        for cid in ("short", "long"):
+            expiry = 2 if cid == "short" else 3600
+            s = Paho(
+                node.mqtt_port,
+                cid,
+                V5,
+                clean=False,
+                properties=props5(SessionExpiryInterval=expiry),
+            )
+            s.connect()
+            s.subscribe(f"exp/{cid}", 1)
+            s.close()
+        node.restart()  # the node stops within the 2 s, and starts again
+        time.sleep(3.0)
+        for cid, present in (("short", False), ("long", True)):
+            back = Paho(
+                node.mqtt_port, cid, V5, clean=False, properties=props5(SessionExpiryInterval=60)
+            )
+            flags, _, _ = back.connect()
+            assert flags.session_present is present, cid
+            back.close()
+    finally:
+        node.stop()
