@@ -39,6 +39,7 @@ def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
 
 
 async def _serve(cfg) -> int:  # noqa: ANN001
+    from waystation.core.store.api import StoreError
     from waystation.gateway.gc_policy import tune_for_serving
     from waystation.gateway.node import Node, NodeError
 
@@ -54,9 +55,10 @@ async def _serve(cfg) -> int:  # noqa: ANN001
             loop.add_signal_handler(sig, stop.set)
     try:
         await node.start()
-    except OSError as e:
-        log.error("cannot start: %s", e)
-        await node.stop()
+    except (OSError, StoreError) as e:  # a port in use, a data folder locked or not writable
+        print(f"waystation: cannot start: {e}", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            await node.stop()
         return 1
     tune_for_serving()
     await stop.wait()
@@ -71,6 +73,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(args.log_level or cfg.node.log_level)
     if args.config is None:
         log.info("no config file given: embedded defaults (data in %s)", cfg.node.data_dir)
+    for advice in cfg.warnings():
+        log.warning("config: %s", advice)
     # the event loop must not wait 5 ms for the GIL while a journal compaction runs
     sys.setswitchinterval(0.001)
     try:
@@ -86,6 +90,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         f"{args.config}: OK (node {cfg.node.name!r}, {len(cfg.queues)} queues, "
         f"{len(cfg.diverts)} diverts, {len(cfg.bridges)} bridges)"
     )
+    for advice in cfg.warnings():
+        print(f"warning: {advice}")
     return 0
 
 

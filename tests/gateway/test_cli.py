@@ -100,3 +100,31 @@ def test_port_in_use_is_a_clear_error(tmp_path):
         assert "cannot start" in r.stderr and "address already in use" in r.stderr.lower()
     finally:
         a.stop()
+
+
+def test_a_data_folder_in_use_is_one_clear_line(tmp_path):
+    a = NodeProcess(tmp_path / "a").start()
+    try:
+        b = NodeProcess(tmp_path / "b")  # other ports, the same data folder as a
+        b.config_path.write_text(
+            b.config_path.read_text().replace(
+                'data_dir = "data"', f'data_dir = "{a.workdir / "data"}"'
+            )
+        )
+        r = waystation("run", str(b.config_path), cwd=b.workdir)
+        assert r.returncode == 1
+        line = [x for x in r.stderr.splitlines() if "cannot start" in x]
+        assert line == [
+            f"waystation: cannot start: journal directory {a.workdir / 'data' / 'journal'} is in use by another journal"
+        ]
+        assert "Traceback" not in r.stderr
+    finally:
+        a.stop()
+
+
+def test_check_config_and_run_print_the_config_warnings(tmp_path):
+    cfg = tmp_path / "w.toml"
+    cfg.write_text('[security]\nenabled = true\n[[users]]\nname = "u"\npassword = "pw"\n')
+    r = waystation("check-config", str(cfg))
+    assert r.returncode == 0
+    assert "warning: " in r.stdout and "plain-text password" in r.stdout
