@@ -21,17 +21,30 @@ Bridge = CoreBridge | ForeignInbound
 class BridgeManager:
     def __init__(self, engine: Engine, configs: list[BridgeConfig]) -> None:
         self.engine = engine
-        self.bridges: list[Bridge] = []
-        for cfg in configs:
-            spec = spec_from_config(cfg)
-            bridge: Bridge
-            if spec.foreign and spec.inbound:
-                bridge = ForeignInbound(engine, spec)
-            elif spec.foreign:
-                bridge = ForeignStompBridge(engine, spec)
-            else:
-                bridge = CoreBridge(engine, spec)
-            self.bridges.append(bridge)
+        self.bridges: list[Bridge] = [self._make(cfg) for cfg in configs]
+
+    def _make(self, cfg: BridgeConfig) -> Bridge:
+        spec = spec_from_config(cfg)
+        if spec.foreign and spec.inbound:
+            return ForeignInbound(self.engine, spec)
+        if spec.foreign:
+            return ForeignStompBridge(self.engine, spec)
+        return CoreBridge(self.engine, spec)
+
+    async def add(self, cfg: BridgeConfig) -> None:
+        """A bridge added at run time (a config reload): built, started."""
+        bridge = self._make(cfg)
+        if not bridge.spec.foreign:
+            self.engine.add_remote_node(bridge.spec.remote_node)
+        self.bridges.append(bridge)
+        await bridge.start()
+
+    async def remove(self, name: str) -> None:
+        """Stop and forget a bridge (what it had not forwarded stays in its queue)."""
+        bridge = self.get(name)
+        if bridge is not None:
+            self.bridges.remove(bridge)
+            await bridge.stop()
 
     async def start(self) -> None:
         for b in self.bridges:

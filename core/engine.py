@@ -131,6 +131,11 @@ class Engine:
         return self.security.enabled
 
     @property
+    def anonymous_allowed(self) -> bool:
+        """Whether a client may log in without credentials (security off, or allowed)."""
+        return not self.security.enabled or self.security.allow_anonymous
+
+    @property
     def post(self) -> PostOffice:
         if self._post is None:
             raise RuntimeError("engine not started")
@@ -217,16 +222,7 @@ class Engine:
         if cleanup:
             self.persistence.write(cleanup, False)
         for d in cfg.diverts:
-            post.add_divert(
-                Divert(
-                    d.name,
-                    d.address,
-                    d.target,
-                    d.exclusive,
-                    compile_filter(d.filter),
-                    load_transformer(d.transformer) if d.transformer else None,
-                )
-            )
+            self.add_divert(d)
         self._reaper = loop.create_task(self._reap())
         self.started = True
         n = sum(q.depth for q in post.queues.values())
@@ -419,6 +415,33 @@ class Engine:
             self.post.delete_queue(q.name)
 
     # -- transactions ---------------------------------------------------------------------
+    # -- changes at run time (a config reload, the admin API) ------------------------------
+    def add_divert(self, d: DivertSpec) -> None:
+        self.post.add_divert(
+            Divert(
+                d.name,
+                d.address,
+                d.target,
+                d.exclusive,
+                compile_filter(d.filter),
+                load_transformer(d.transformer) if d.transformer else None,
+            )
+        )
+
+    def remove_divert(self, name: str) -> None:
+        self.post.remove_divert(name)
+
+    def replace_address_settings(self, patterns: dict[str, AddressSettings]) -> None:
+        """New address settings; every queue takes them up at once."""
+        self.settings.replace(patterns)
+        for q in self.post.queues.values():
+            q.refresh_settings()
+            q.dispatch()
+
+    def add_remote_node(self, node: str) -> None:
+        """A bridge to ``node`` now exists: ``node::x`` is stored and forwarded."""
+        self.post.remote_nodes.add(node)
+
     # -- retained messages and client state (see core/retained.py, core/client_state.py) --
     def retain(self, msg: Message) -> asyncio.Future[None] | None:
         """Keep ``msg`` as its address's retained message (an empty body clears it)."""

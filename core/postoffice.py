@@ -393,6 +393,10 @@ class PostOffice:
         self.diverts[divert.name] = divert
         self._divert_cache.clear()
 
+    def remove_divert(self, name: str) -> None:
+        if self.diverts.pop(name, None) is not None:
+            self._divert_cache.clear()
+
     def _diverts_for(self, address: str) -> list[Divert]:
         hit = self._divert_cache.get(address)
         if hit is None:

@@ -116,6 +116,12 @@ class SettingsRepository:
         self._cache: dict[str, Resolved] = {}
         self._refresh_flags()
 
+    def replace(self, patterns: dict[str, AddressSettings]) -> None:
+        """Every pattern at once (a config reload)."""
+        self._patterns = dict(patterns)
+        self._cache.clear()
+        self._refresh_flags()
+
     def set(self, pattern: str, settings: AddressSettings) -> None:
         self._patterns[pattern] = settings
         self._cache.clear()

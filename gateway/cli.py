@@ -38,13 +38,13 @@ def _load(path: str | None):  # noqa: ANN202 - returns config.schema.Config
         raise SystemExit(2) from None
 
 
-async def _serve(cfg) -> int:  # noqa: ANN001
+async def _serve(cfg, config_path: str | None) -> int:  # noqa: ANN001
     from waystation.core.store.api import StoreError
     from waystation.gateway.gc_policy import tune_for_serving
     from waystation.gateway.node import Node, NodeError
 
     try:
-        node = Node(cfg)
+        node = Node(cfg, config_path)
     except NodeError as e:
         print(f"waystation: cannot start: {e}", file=sys.stderr)
         return 2
@@ -61,11 +61,24 @@ async def _serve(cfg) -> int:  # noqa: ANN001
             await node.stop()
         return 1
     tune_for_serving()
+    with contextlib.suppress(NotImplementedError):  # SIGHUP: read the config file again
+        loop.add_signal_handler(signal.SIGHUP, lambda: asyncio.ensure_future(_reload(node)))
     await stop.wait()
     log.info("stopping")
     await node.stop()
     log.info("stopped")
     return 0
+
+
+async def _reload(node) -> None:  # noqa: ANN001 - a gateway.node.Node
+    from waystation.gateway.reload import ReloadRefused
+
+    try:
+        await node.reload()
+    except ReloadRefused as e:
+        log.error("reload refused: %s", e)
+    except Exception:
+        log.exception("reload failed part way")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -80,8 +93,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency where it builds
-        return asyncio.run(_serve(cfg))
-    return uvloop.run(_serve(cfg))
+        return asyncio.run(_serve(cfg, args.config))
+    return uvloop.run(_serve(cfg, args.config))
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
@@ -111,6 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     from waystation.gateway.admin_cli import add_parser as add_admin_commands
 
     add_admin_commands(sub)  # admin ..., hash-password
+    from waystation.pipeline.cli import add_parser as add_pipeline_commands
+
+    add_pipeline_commands(sub)  # pipeline reconcile ...
     args = p.parse_args(argv)
     return int(args.func(args))
 

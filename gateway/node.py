@@ -1,8 +1,5 @@
-"""A Waystation node: the engine built from config, and its protocol listeners.
-
-This is the only place that turns the validated config into core objects, so ``core/``
-never sees the config package.
-"""
+"""A Waystation node: the engine built from config (gateway/core_config.py), its protocol
+listeners and bridges, and reloading its config file while it runs."""
 
 from __future__ import annotations
 
@@ -16,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 from waystation.bridges.manager import BridgeManager
 from waystation.core.authentication import Authenticator, authenticator, install_authenticator
 from waystation.core.divert import DivertError
-from waystation.core.engine import DivertSpec, Engine, EngineConfig, QueueSpec
+from waystation.core.engine import Engine
 from waystation.core.eventlog import EventLog, EventLogError
 from waystation.core.events import EventSink
-from waystation.core.queue import MULTICAST
-from waystation.core.security import Permission, SecurityManager, User
 from waystation.core.store.api import Journal
 from waystation.core.store.journal import FileJournal
 from waystation.gateway.adapters import ADAPTERS
 from waystation.gateway.admission import login_policy
+from waystation.gateway.core_config import engine_config, security_manager
 from waystation.gateway.http.server import HttpContext, HttpServer
+from waystation.gateway.reload import reload as reload_config
 from waystation.gateway.stomp import stomp_options
 from waystation.gateway.stream import ListenerLimits, StreamServer
 
@@ -38,59 +35,6 @@ log = logging.getLogger("waystation.node")
 
 class NodeError(Exception):
     """The config is valid but asks for something this node cannot do."""
-
-
-def engine_config(cfg: Config) -> EngineConfig:
-    queues = [
-        QueueSpec(q.name, q.address, q.routing, q.durable, q.filter, q.exclusive, q.max_consumers)
-        for q in cfg.queues
-    ]
-    topics: list[str] = []
-    for t in cfg.topics:
-        topics.append(t.name)
-        for s in t.subscriptions:
-            queues.append(QueueSpec(s.name, t.name, MULTICAST, s.durable, s.filter))
-    remote = {b.remote_node for b in cfg.bridges}
-    return EngineConfig(
-        node_name=cfg.node.name,
-        data_dir=Path(cfg.node.data_dir) if cfg.node.persistence else None,
-        address_settings=cfg.engine_address_settings(),
-        queues=queues,
-        topics=topics,
-        diverts=[
-            DivertSpec(d.name, d.address, d.target, d.filter, d.exclusive, d.transformer)
-            for d in cfg.diverts
-        ],
-        remote_nodes=remote,
-        wildcard_routing=cfg.node.wildcard_routing,
-        expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
-        duplicate_cache_size=cfg.node.id_cache_size,
-        limits=cfg.limits.engine_limits(),
-    )
-
-
-def security_manager(cfg: Config) -> SecurityManager:
-    sec = cfg.security
-    users = {
-        u.name: User(
-            u.name,
-            u.check_password,
-            frozenset(u.roles),
-            u.certificate,
-            None if u.nodes is None else frozenset(u.nodes),
-        )
-        for u in cfg.users
-    }
-    perms: dict[str, dict[Permission, frozenset[str]]] = {}
-    for p in cfg.permissions:
-        perms[p.match] = {Permission(k): frozenset(v) for k, v in p.grants().items()}
-    return SecurityManager(
-        enabled=sec.enabled,
-        users=users,
-        permissions=perms,
-        allow_anonymous=sec.allow_anonymous,
-        anonymous_roles=frozenset(sec.anonymous_roles),
-    )
 
 
 def server_tls(tls: Any) -> ssl.SSLContext | None:
@@ -111,8 +55,9 @@ def opener(adapter: ProtocolAdapter, engine: Engine, acceptor: Any) -> SessionOp
 
 
 class Node:
-    def __init__(self, cfg: Config) -> None:
+    def __init__(self, cfg: Config, config_path: str | None = None) -> None:
         self.cfg = cfg
+        self.config_path = config_path  # what a reload reads (None: the embedded defaults)
         ecfg = engine_config(cfg)
         journal: Journal | None = None
         bindings: Journal | None = None
@@ -197,6 +142,7 @@ class Node:
                 ADAPTERS,
                 ready=lambda: self.accepting,
                 bridges=self.bridge_status,
+                reload=self.reload,
             )
             http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
             await http.start()
@@ -207,6 +153,15 @@ class Node:
         await self.bridges.start()
         self.accepting = True
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
+
+    async def reload(self) -> list[str]:
+        """Re-read the config file and apply what changed (raises ReloadRefused)."""
+        changes = await reload_config(self, self.config_path)
+        for c in changes:
+            log.info("reload: %s", c)
+        if not changes:
+            log.info("reload: nothing changed")
+        return changes
 
     def ports(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -230,4 +185,4 @@ class Node:
         self.stopped.set()
 
 
-__all__ = ["Node", "NodeError", "engine_config", "security_manager"]
+__all__ = ["Node", "NodeError"]

@@ -6,8 +6,9 @@ only when the core's send future resolves (the message is on disk), ``rejected``
 condition when the core refuses it.
 
 :class:`Subscriber`: the client's receiver (messages out).  The core consumer runs in CREDIT
-mode with the link's credit; drain is passed through and echoed once the core says it is
-drained; the client's outcomes become core settlements.
+mode with the link's credit (PRESETTLED mode, also counting credit, for a pre-settled link);
+drain is passed through and echoed once the core says it is drained; the client's outcomes
+become core settlements.  A browsing receiver (``distribution-mode = copy``) is browser.py's.
 """
 
 from __future__ import annotations
@@ -243,7 +244,7 @@ class Subscriber:
     """A link on which the client receives (proton: our Sender); the core consumer's
     delivery handler."""
 
-    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed", "acks")
+    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed")
 
     def __init__(self, amqp: AmqpSession, link: Link, presettled: bool) -> None:
         self.amqp = amqp
@@ -253,7 +254,6 @@ class Subscriber:
         self.presettled = presettled
         self.durable = False
         self.closed = False
-        self.acks: list[int] = []  # pre-settled tags to acknowledge at the end of the turn
 
     @classmethod
     def attach(cls, amqp: AmqpSession, link: Link) -> Subscriber | None:
@@ -270,9 +270,10 @@ class Subscriber:
         if source is None:
             return None
         try:
-            s.consumer = session.subscribe(
-                source, s, mode=CreditMode.CREDIT, credit=link.credit, name=link.name
-            )
+            # a pre-settled link's deliveries are settled in the core as they are sent (at
+            # most once: a dropped connection cannot redeliver them), and still use credit
+            mode = CreditMode.PRESETTLED if presettled else CreditMode.CREDIT
+            s.consumer = session.subscribe(source, s, mode=mode, credit=link.credit, name=link.name)
         except errors.CLIENT_ERRORS as e:
             refuse(link, errors.condition(e))
             return None
@@ -295,16 +296,6 @@ class Subscriber:
         assert session is not None
         caps = capabilities(src.capabilities)
         selector, no_local, _unknown = filters(src.filter)
-        if src.distribution_mode == Terminus.DIST_MODE_COPY:
-            # TODO(browse): needs Source(browse=True) in the core (distribution-mode copy)
-            refuse(
-                self.link,
-                Condition(
-                    errors.NOT_IMPLEMENTED,
-                    "browsing (distribution-mode copy) is not supported by this node yet",
-                ),
-            )
-            return None
         if src.dynamic:
             return Source("", temporary=True, selector=selector)
         durable = (
@@ -350,14 +341,10 @@ class Subscriber:
     def deliver(self, d: CoreDelivery) -> None:
         ref = d.ref
         payload = encode_message(ref.message, ref.delivery_count, now_ms())
-        tag = d.tag
-        dlv = pn.send(self.ptr, b"%d" % tag, payload)
-        amqp = self.amqp
+        dlv = pn.send(self.ptr, b"%d" % d.tag, payload)
         if self.presettled:
-            pn.settle(dlv)
-            self.acks.append(tag)
-            amqp.acks_due(self)
-        amqp.want_flush()
+            pn.settle(dlv)  # the core settled it already (PRESETTLED mode)
+        self.amqp.want_flush()
 
     def drained(self, consumer: Consumer) -> None:
         if not self.closed:
@@ -410,14 +397,21 @@ class Subscriber:
             state = descriptor_code(getattr(outcome_desc, "descriptor", 0x24)) or 0x24
             outcome = _OUTCOMES.get(state, Outcome.ACCEPTED)
             value = getattr(outcome_desc, "value", None)
-            failed = bool(value[0]) if state == 0x27 and value else True
+            modified = value if state == 0x27 and isinstance(value, list) else []
+            failed = bool(modified[0]) if modified else False
+            undeliverable = bool(modified[1]) if len(modified) > 1 else False
         elif state == Delivery.RECEIVED or (state == 0 and not dlv.settled):
             return  # not an outcome
         else:
             outcome = _STATES.get(state, Outcome.ACCEPTED)  # settled with no outcome: accepted
-            failed = dlv.remote.failed if state == Delivery.MODIFIED else True
-        if outcome is Outcome.MODIFIED and not failed:
-            outcome = Outcome.RELEASED  # modified without delivery-failed: no attempt counted
+            is_modified = state == Delivery.MODIFIED
+            failed = bool(dlv.remote.failed) if is_modified else False
+            undeliverable = bool(dlv.remote.undeliverable) if is_modified else False
+        if outcome is Outcome.MODIFIED and not (failed or undeliverable):
+            outcome = Outcome.RELEASED  # modified, neither flag: no attempt counted
+        # undeliverable-here (spec 3.4.5: not to be redelivered to this link) stays MODIFIED,
+        # a counted attempt, even without delivery-failed: the core cannot exclude one
+        # consumer, and RELEASED would hand the message straight back to this link.
         detail = ""
         if outcome is Outcome.REJECTED:
             cond = dlv.remote.condition if txid is None else None
@@ -432,22 +426,10 @@ class Subscriber:
                 self.amqp.fail_transaction(txid, e)
         dlv.settle()
 
-    def flush_acks(self) -> None:
-        acks, self.acks = self.acks, []
-        session = self.amqp.session
-        if session is None or self.closed:
-            return
-        for tag in acks:
-            try:
-                session.settle(self.consumer, tag)
-            except ConsumerError:
-                pass
-
     def detach(self, closed: bool) -> None:
         """The client detached: the consumer goes; a durable subscription too on close."""
         if self.closed:
             return
-        self.flush_acks()
         self.closed = True
         session = self.amqp.session
         if session is None:
@@ -461,7 +443,6 @@ class Subscriber:
     def released(self) -> None:
         """The link is gone with its session or connection (not removed by the client)."""
         if not self.closed:
-            self.flush_acks()
             self.closed = True
             if self.amqp.session is not None:
                 self.amqp.session.unsubscribe(self.consumer)

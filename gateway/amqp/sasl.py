@@ -3,7 +3,8 @@
 Proton's built-in server SASL cannot check a password against the node's users, and the
 check must run off the loop; so this layer answers the SASL exchange itself and hands proton
 only the AMQP layer that follows.  Mechanisms: ANONYMOUS and PLAIN while security is off,
-PLAIN alone while it is on (EXTERNAL needs the TLS client certificate from the carrier).
+PLAIN alone while it is on, and EXTERNAL first when the TLS link has a verified client
+certificate (its subject names the user; session.py checks it).
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ from waystation.core.limits import LimitExceeded
 from waystation.core.message import now_ms
 from waystation.core.security import AuthenticationError, Principal
 from waystation.core.session import Session
+from waystation.gateway.admission import certificate_subject
 from waystation.gateway.amqp import errors, pn
 from waystation.gateway.amqp.addresses import parse_address
+from waystation.gateway.amqp.browser import Browser
 from waystation.gateway.amqp.links import Producer, Subscriber, refuse
 from waystation.gateway.amqp.sasl import (
     AMQP_HEADER,
@@ -83,9 +85,13 @@ class AmqpSession(TransactionsMixin):
         self.user: str | None = None  # the user id stamped on messages (security on)
         self.session: Session | None = None
         self.loop = asyncio.get_running_loop()
-        secure = engine.security.enabled
-        anonymous = not secure or engine.security.allow_anonymous
-        self.sasl = SaslServer(["ANONYMOUS", "PLAIN"] if anonymous else ["PLAIN"])
+        anonymous = engine.anonymous_allowed
+        # the subject of a TLS client certificate the listener verified (TCP links only)
+        self.cert_subject = certificate_subject(getattr(link, "peer_certificate", None))
+        mechanisms = ["ANONYMOUS", "PLAIN"] if anonymous else ["PLAIN"]
+        if self.cert_subject is not None:
+            mechanisms.insert(0, "EXTERNAL")
+        self.sasl = SaslServer(mechanisms)
         self._held: bytearray | None = None  # input held while a login is checked
         self.conn = Connection()
         self.collector = Collector()
@@ -99,7 +105,6 @@ class AmqpSession(TransactionsMixin):
         t.bind(self.conn)
         self._flush_soon = False
         self._tick: asyncio.TimerHandle | None = None
-        self._acks: set[Subscriber] = set()
         self._relay: dict[str, tuple[str, str | None]] = {}
         self._init_transactions()
 
@@ -132,7 +137,7 @@ class AmqpSession(TransactionsMixin):
         if self.sasl.phase is Phase.DONE:
             rest, self.sasl.buf = bytes(self.sasl.buf), bytearray()
             if not self.sasl.sasl_used:  # the AMQP header straight away: no SASL
-                if self.engine.security.enabled:
+                if self.engine.secured:
                     self.link.write(SASL_HEADER)  # the header we would accept, then close
                     self.close()
                     return
@@ -169,7 +174,7 @@ class AmqpSession(TransactionsMixin):
                 self._delivery(pn.event_delivery(ev))
             elif t == flow:
                 state = self.links.get(pn.event_link(ev))
-                if isinstance(state, Subscriber):
+                if isinstance(state, (Subscriber, Browser)):
                     state.flow()
             else:
                 h = handlers.get(t)
@@ -202,18 +207,10 @@ class AmqpSession(TransactionsMixin):
             self._flush_soon = True
             self.loop.call_soon(self._flush)
 
-    def acks_due(self, sub: Subscriber) -> None:
-        self._acks.add(sub)
-
     def _flush(self) -> None:
         self._flush_soon = False
         if self.closed:
             return
-        if self._acks:
-            subs, self._acks = self._acks, set()
-            for s in subs:
-                s.flush_acks()
-            self._process()
         t = self.transport
         while True:
             n = t.pending()
@@ -251,10 +248,19 @@ class AmqpSession(TransactionsMixin):
         if mechanism not in self.sasl.mechanisms:
             self._refuse_login(AUTH, f"mechanism {mechanism!r} not offered")
             return
+        if mechanism == "EXTERNAL":  # the verified certificate is the login (no password)
+            try:
+                principal = authenticator(self.engine).certificate(self.cert_subject, self.peer)
+            except AuthenticationError as e:
+                self._refuse_login(AUTH, str(e))
+                return
+            self._logged_in(principal)
+            self.link.write(self.sasl.succeeded())
+            return
         login = passcode = None
         if mechanism == "PLAIN":
             login, passcode = plain_credentials(response)
-        if not self.engine.security.enabled:
+        if not self.engine.secured:
             self._logged_in(self._authenticate_now(login, passcode))
             self.link.write(self.sasl.succeeded())
             return
@@ -292,7 +298,7 @@ class AmqpSession(TransactionsMixin):
 
     def _logged_in(self, principal: Principal) -> None:
         self.principal = principal
-        self.user = principal.name if self.engine.security.enabled else None
+        self.user = principal.name if self.engine.secured else None
 
     # -- connection and session events ---------------------------------------------------
     def _on_connection_remote_open(self, ev: Event) -> None:
@@ -337,7 +343,10 @@ class AmqpSession(TransactionsMixin):
             refuse(link, Condition(errors.UNAUTHORIZED, "the connection is not open"))
             return
         if link.is_sender:
-            Subscriber.attach(self, link)
+            if link.remote_source.distribution_mode == Terminus.DIST_MODE_COPY:
+                Browser.attach(self, link)
+            else:
+                Subscriber.attach(self, link)
         elif link.remote_target.type == Terminus.COORDINATOR:
             Coordinator.attach(self, link)
         else:
@@ -353,7 +362,7 @@ class AmqpSession(TransactionsMixin):
 
     def _detached(self, link: Link, closed: bool) -> None:
         state = self.links.pop(link._impl, None)
-        if isinstance(state, Subscriber):
+        if isinstance(state, (Subscriber, Browser)):
             state.detach(closed)
         elif state is not None:
             state.released()
@@ -422,6 +431,9 @@ class AmqpSession(TransactionsMixin):
         self.paused_writing = False
         if self.session is not None:
             self.session.resume()
+        for state in list(self.links.values()):
+            if isinstance(state, Browser):
+                state.flow()
 
     def fail(self, message: str, detail: str = "") -> None:
         """Close the connection with an error condition saying what was wrong."""
@@ -465,9 +477,6 @@ class AmqpSession(TransactionsMixin):
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
-        for s in list(self._acks):
-            s.flush_acks()
-        self._acks.clear()
         if self.session is not None:
             self.session.close()
 

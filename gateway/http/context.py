@@ -3,7 +3,7 @@ listener that mounts them (:mod:`.server`) do not import each other."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,6 +33,7 @@ class HttpContext:
     # store recovered, every listener accepting, not stopping (GET /ready)
     ready: Callable[[], bool] | None = None
     bridges: Callable[[], list[dict[str, object]]] | None = None  # each bridge's status
+    reload: Callable[[], Awaitable[list[str]]] | None = None  # the config file again (changes)
 
 
 CONTEXT = web.AppKey("context", HttpContext)

@@ -332,14 +332,14 @@ class MqttSession(PublishIn, Deliveries):
         auth = authenticator(self.engine)
         peer = str(self.link.peer)
         subject = certificate_subject(getattr(self.link, "peer_certificate", None))
-        if subject is not None and p.username is None and self.engine.security.enabled:
+        if subject is not None and p.username is None and self.engine.secured:
             try:  # a verified TLS client certificate is the login (users' ``certificate``)
                 principal = auth.certificate(subject, peer)
             except AuthenticationError as e:
                 raise Refused(R.NOT_AUTHORIZED, str(e)) from None
             self._connected(p, principal)
             return
-        if not self.engine.security.enabled:
+        if not self.engine.secured:
             self._connected(p, auth.authenticate_blocking(p.username, password, peer))
             return
         # the password hash runs off the loop; packets after CONNECT wait for its answer
@@ -374,7 +374,7 @@ class MqttSession(PublishIn, Deliveries):
     def _connected(self, p: Connect, principal: Principal) -> None:
         o, engine, cid = self.options, self.engine, self.client_id
         self.principal = principal
-        if engine.security.enabled:
+        if engine.secured:
             self.user = principal.name
         ack: dict[str, Any] = {}
         self._start_keepalive(p.keepalive, ack)  # first: a refusal takes nothing over
@@ -382,7 +382,7 @@ class MqttSession(PublishIn, Deliveries):
         old = reg.live.get(cid)
         if old is not None and old is not self:
             theirs = old.principal
-            if engine.security.enabled and theirs is not None and theirs.name != principal.name:
+            if engine.secured and theirs is not None and theirs.name != principal.name:
                 raise Refused(R.NOT_AUTHORIZED, f"client id {cid!r} is another user's")
             old.taken_over()
         reg.returning(cid, p.clean_start)

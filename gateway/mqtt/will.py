@@ -31,7 +31,7 @@ def publish_will(engine: Engine, principal: Principal, remote: str, will: Will) 
         return
     try:
         address = topic_to_address(will.topic)
-        user = principal.name if engine.security.enabled else None
+        user = principal.name if engine.secured else None
         msg = message_from_publish(
             engine.ids(),
             address,

@@ -726,6 +726,6 @@ def test_format_loc_and_key_lines() -> None:
 
 def test_node_config_passes_id_cache_size_to_the_engine():
     from waystation.config.loader import parse_config
-    from waystation.gateway.node import engine_config
+    from waystation.gateway.core_config import engine_config
 
     assert engine_config(parse_config("[node]\nid_cache_size = 5\n")).duplicate_cache_size == 5

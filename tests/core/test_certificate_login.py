@@ -9,7 +9,7 @@ from waystation.config.schema import Config
 from waystation.core.authentication import Authenticator
 from waystation.core.security import AuthenticationError
 from waystation.gateway.admission import certificate_subject
-from waystation.gateway.node import security_manager
+from waystation.gateway.core_config import security_manager
 
 CFG = {
     "security": {"enabled": True},

@@ -27,6 +27,7 @@ from waystation.core.session import SessionError
 from waystation.gateway.http.admin import guard
 from waystation.gateway.http.admin.views import message_json
 from waystation.gateway.http.context import HttpContext, read_body
+from waystation.gateway.reload import ReloadRefused
 
 BASE = "/admin/api/v1"
 MAX_PAGE = 1000
@@ -95,6 +96,7 @@ class AdminRoutes:
         r.add_get(BASE + "/connections", self.wrap(self.connections))
         r.add_delete(BASE + "/connections/{id}", self.wrap(self.close_connection))
         r.add_get(BASE + "/bridges", self.wrap(self.bridges))
+        r.add_post(BASE + "/reload", self.wrap(self.reload))
 
     def wrap(self, fn: Callable[[web.Request, Principal], Awaitable[web.Response]]) -> Handler:
         """Log in, then map the core's refusals to HTTP answers."""
@@ -254,6 +256,19 @@ class AdminRoutes:
         self._node_wide(request, principal)
         status: Callable[[], list[dict[str, object]]] | None = self.ctx.bridges
         return _ok({"bridges": status() if status is not None else []})
+
+    async def reload(self, request: web.Request, principal: Principal) -> web.Response:
+        """Re-read the node's config file and apply what changed (gateway/reload.py)."""
+        self._node_wide(request, principal)
+        if self.ctx.reload is None:
+            raise guard.error(web.HTTPServiceUnavailable, "this node cannot reload")
+        try:
+            changes = await self.ctx.reload()
+        except ReloadRefused as e:
+            guard.audit.warning("reload refused for %r: %s", principal.name, e)
+            raise guard.error(web.HTTPBadRequest, str(e)) from None
+        guard.done(request, principal, f"reloaded the config: {len(changes)} changes")
+        return _ok({"changes": changes})
 
 
 def setup(app: web.Application, ctx: HttpContext) -> None:
