@@ -3,11 +3,9 @@
 A client session (:mod:`.session`) checks a principal's permissions on every call; this class
 checks nothing, because it acts for an operator the HTTP layer has already checked for the
 ``manage`` permission on the address concerned.  It works on the engine's post office and
-queues directly, through their public methods where they exist.  Where the core has no
-operation yet, the smallest one is written here, so the core's hot paths stay untouched:
-
-- removing chosen messages (delete one, move, retry) takes them out of the part of the
-  queue held in memory; messages paged to disk or scheduled are reached by ``purge`` only.
+queues through their public methods.  Removing chosen messages (delete one, move, retry)
+takes them out of the part of a queue held in memory (``Queue.take``); messages paged to disk
+or scheduled are reached by ``purge`` only.
 """
 
 from __future__ import annotations
@@ -143,20 +141,9 @@ class Admin:
 
     def delete_message(self, name: str, message_id: int) -> bool:
         q = self.queue(name)
-        refs = self._take(q, lambda m: m.id == message_id, 1)
+        refs = q.take(lambda m: m.id == message_id, 1)
         self._unref(refs)
         return bool(refs)
-
-    def _take(self, q: Queue, pick: Callable[[Message], bool], limit: int = -1) -> list[MessageRef]:
-        """Take the waiting references (memory part) whose message ``pick`` accepts."""
-        found: list[MessageRef] = []
-        for level in q._by_priority:
-            for ref in list(level):
-                if pick(ref.message) and q._remove(ref):
-                    found.append(ref)
-                    if len(found) == limit:
-                        return found
-        return found
 
     def _unref(self, refs: Iterable[MessageRef], ops: list[Op] | None = None) -> None:
         persistence = self.engine.persistence
@@ -184,10 +171,8 @@ class Admin:
         """The original addresses :meth:`retry` would send the chosen messages to."""
         return {
             str(a)
-            for level in self.queue(name)._by_priority
-            for ref in level
-            if (ids is None or ref.message.id in ids)
-            and (a := ref.message.annotation(ORIGINAL_ADDRESS)) is not None
+            for m in self.queue(name).browse()
+            if (ids is None or m.id in ids) and (a := m.annotation(ORIGINAL_ADDRESS)) is not None
         }
 
     def retry(self, name: str, ids: set[int] | None = None) -> Moved:
@@ -197,10 +182,8 @@ class Admin:
         q = self.queue(name)
         skipped = sum(
             1
-            for level in q._by_priority
-            for ref in level
-            if (ids is None or ref.message.id in ids)
-            and ref.message.annotation(ORIGINAL_ADDRESS) is None
+            for m in q.browse()
+            if (ids is None or m.id in ids) and m.annotation(ORIGINAL_ADDRESS) is None
         )
 
         def pick(m: Message) -> bool:
@@ -215,7 +198,7 @@ class Admin:
     ) -> Moved:
         engine = self.engine
         post = engine.post
-        refs = self._take(q, pick)
+        refs = q.take(pick)
         ops: list[Op] = []
         for i, ref in enumerate(refs):
             msg = ref.message
@@ -226,8 +209,7 @@ class Admin:
             try:
                 post.route(copy, ops)
             except Exception:
-                for back in reversed(refs[i:]):  # not moved: back at the head, in order
-                    q._enqueue(back, front=True)
+                q.put_back(refs[i:])  # not moved: back at the head, in order
                 self._unref(refs[:i], ops)
                 engine.persistence.write(ops, True)
                 raise

@@ -14,7 +14,7 @@ import heapq
 import itertools
 import logging
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -473,6 +473,23 @@ class Queue:
                 self._enqueue(ref, front=True)
         if delayed_any:
             self._arm_timer()
+
+    def take(self, pick: Callable[[Message], bool], limit: int = -1) -> list[MessageRef]:
+        """Remove and return the waiting references (memory part, delivery order) whose
+        message ``pick`` accepts, ``limit`` at most (-1: all): the operator's delete and move."""
+        found: list[MessageRef] = []
+        for level in self._by_priority:
+            for ref in list(level):
+                if pick(ref.message) and self._remove(ref):
+                    found.append(ref)
+                    if len(found) == limit:
+                        return found
+        return found
+
+    def put_back(self, refs: list[MessageRef]) -> None:
+        """Undo :meth:`take`: the references back at the head, in their order."""
+        for ref in reversed(refs):
+            self._enqueue(ref, front=True)
 
     def requeue(self, refs: list[MessageRef]) -> None:
         """Messages released unprocessed (AMQP released): back at the front in their order,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from proton import Collector, Condition, Connection, Endpoint, Event, Link, Terminus, Transport
 
@@ -43,6 +43,9 @@ from waystation.gateway.amqp.sasl import (
 from waystation.gateway.amqp.transactions import Coordinator, TransactionsMixin
 from waystation.gateway.link import Link as ByteLink
 
+if TYPE_CHECKING:
+    from waystation.config.listeners import AmqpAcceptor
+
 log = logging.getLogger("waystation.amqp")
 
 CONTAINER_ID = "waystation"
@@ -55,19 +58,18 @@ class AmqpOptions:
     max_message_size: int = 10 * 1024 * 1024  # largest message a producer may send
     idle_timeout: float = 60.0  # seconds of silence before the connection is dropped
     credit_window: int = 5000  # credit issued to each producer link (topped up at half)
+    max_sessions: int = 32  # AMQP sessions (channels) on one connection
 
 
-def options_from(acceptor: Any) -> AmqpOptions:
-    """The options from ``[acceptors.amqp]`` (fields it lacks keep their defaults)."""
-    o = AmqpOptions()
-    for name in ("max_frame_size", "max_message_size", "credit_window"):
-        v = getattr(acceptor, name, None)
-        if v is not None:
-            setattr(o, name, int(v))
-    t = getattr(acceptor, "idle_timeout", None)
-    if t is not None:
-        o.idle_timeout = float(t.total_seconds() if hasattr(t, "total_seconds") else t)
-    return o
+def options_from(acceptor: AmqpAcceptor) -> AmqpOptions:
+    """The options of one listener, from its ``[acceptors.amqp]`` table."""
+    return AmqpOptions(
+        max_frame_size=acceptor.max_frame_size,
+        max_message_size=acceptor.max_message_size,
+        idle_timeout=acceptor.idle_timeout.total_seconds(),
+        credit_window=acceptor.credit_window,
+        max_sessions=acceptor.max_sessions,
+    )
 
 
 class AmqpSession(TransactionsMixin):
@@ -100,6 +102,9 @@ class AmqpSession(TransactionsMixin):
         self.links: dict[Any, Any] = {}  # raw pn_link_t -> Producer, Subscriber, Coordinator
         t = self.transport = Transport(Transport.SERVER)
         t.max_frame_size = self.options.max_frame_size
+        t.channel_max = (
+            self.options.max_sessions - 1
+        )  # channels are numbered from 0
         if self.options.idle_timeout > 0:
             t.idle_timeout = self.options.idle_timeout
         t.bind(self.conn)

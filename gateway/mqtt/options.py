@@ -1,11 +1,13 @@
-"""The MQTT listener's settings, read from ``[acceptors.mqtt]`` (defaults where a field is
-absent, so the adapter runs before the config grows them)."""
+"""The MQTT listener's settings, read from ``[acceptors.mqtt]`` (the defaults here serve
+in-process tests that build a session without a config)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from waystation.config.listeners import MqttAcceptor
 
 
 @dataclass(slots=True)
@@ -24,37 +26,21 @@ class MqttOptions:
     max_qos: int = 2
 
 
-def _seconds(v: Any) -> int:
-    if isinstance(v, timedelta):
-        return int(v.total_seconds())
-    return int(v)
-
-
-def options_from(acceptor: Any) -> MqttOptions:
-    """The options of one listener (``MqttAcceptor``; any object, fields looked up by name)."""
-    o = MqttOptions()
-    for name in (
-        "max_packet_size",
-        "max_client_id",
-        "receive_maximum",
-        "max_inflight",
-        "topic_alias_maximum",
-        "max_subscriptions",
-        "max_qos",
-    ):
-        v = getattr(acceptor, name, None)
-        if v is not None:
-            setattr(o, name, int(v))
-    for name in ("max_keepalive", "max_session_expiry"):
-        v = getattr(acceptor, name, None)
-        if v is not None:
-            setattr(o, name, _seconds(v))
-    aliases = getattr(acceptor, "max_topic_aliases", None)  # the config's name
-    if aliases is not None:
-        o.topic_alias_maximum = int(aliases)
-    if getattr(acceptor, "max_session_expiry", None) is not None:
-        o.session_expiry_311 = o.max_session_expiry  # 3.1.1 persistent sessions get it too
-    return o
+def options_from(acceptor: MqttAcceptor) -> MqttOptions:
+    """The options of one listener, from its ``[acceptors.mqtt]`` table."""
+    expiry = int(acceptor.max_session_expiry.total_seconds())
+    return MqttOptions(
+        max_packet_size=acceptor.max_packet_size,
+        max_client_id=acceptor.max_client_id,
+        max_keepalive=int(acceptor.max_keepalive.total_seconds()),
+        receive_maximum=acceptor.receive_maximum,
+        max_inflight=acceptor.max_inflight,
+        topic_alias_maximum=acceptor.max_topic_aliases,
+        max_session_expiry=expiry,
+        session_expiry_311=expiry,  # 3.1.1 persistent sessions get the cap too
+        max_subscriptions=acceptor.max_subscriptions,
+        max_qos=acceptor.max_qos,
+    )
 
 
 __all__ = ["MqttOptions", "options_from"]

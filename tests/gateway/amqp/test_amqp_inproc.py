@@ -6,6 +6,8 @@ from __future__ import annotations
 from amqpkit import Client, in_engine
 from proton import Delivery, Endpoint, Message
 
+from waystation.gateway.amqp.session import AmqpOptions
+
 
 def test_anonymous_send_and_receive_on_a_queue(run):
     async def go(engine):
@@ -757,5 +759,21 @@ def test_fail_closes_with_a_condition_and_refusal_is_a_sasl_outcome(run):
         assert c.link.closed
         refusal = ADAPTER.refusal("max_connections")
         assert refusal.startswith(b"AMQP\x03\x01\x00\x00") and refusal.endswith(b"\x50\x04")
+
+    in_engine(run, go)
+
+
+def test_the_open_offers_max_sessions_and_no_session_past_it_is_begun(run):
+    async def go(engine):
+        c = Client(engine, options=AmqpOptions(idle_timeout=0, max_sessions=2))
+        c.open()
+        await c.pump()
+        assert c.transport.remote_channel_max == 1  # channels 0 and 1
+        extra = [c.conn.session() for _ in range(2)]  # three in all
+        for s in extra:
+            s.open()
+        await c.pump()
+        active = [s for s in (c.ssn, *extra) if s.state & Endpoint.REMOTE_ACTIVE]
+        assert len(active) == 2  # the third never begins: no channel is left for it
 
     in_engine(run, go)
