@@ -5,6 +5,12 @@ docs/performance.md.
 
     python bench/pipeline_bench.py                   # 10M events, local[2]
     python bench/pipeline_bench.py --events 1000000 --master 'local[2]' --json out.json
+    python bench/pipeline_bench.py --source 100000  # the data source's rates instead
+
+``--source N``: one real node; N messages written by ``writeStream.format("waystation")``
+(STOMP, a receipt per message) and read back by ``readStream`` (acknowledged on commit),
+then N/10 written and read by the batch source (REST, one request per message); messages per
+second for each.
 """
 
 from __future__ import annotations
@@ -16,7 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from waystation.pipeline.generate import generate
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests" / "gateway"))
+
+from waystation.pipeline.generate import generate  # noqa: E402
 
 EVENTS_PER_MESSAGE = 8.3  # what the generator's mix averages
 
@@ -49,7 +58,10 @@ def main() -> int:
     p.add_argument("--driver-memory", default="4g")
     p.add_argument("--journey", action="store_true", help="keep each message's hops too")
     p.add_argument("--json", help="write the figures here")
+    p.add_argument("--source", type=int, metavar="N", help="measure the data source instead")
     a = p.parse_args()
+    if a.source:
+        return source_rates(a)
     d, n = logs_for(a.events, Path(a.cache), a.format)
 
     t0 = time.perf_counter()
@@ -80,6 +92,85 @@ def main() -> int:
         print(f"| {k} | {v:.1f} |")
     print(f"| **total** | **{total:.1f}** |")
     print(f"{n / total:,.0f} events/s; statuses {result.summary['status']}")
+    if a.json:
+        Path(a.json).write_text(json.dumps(figures, indent=2) + "\n")
+    return 0
+
+
+def source_rates(a: argparse.Namespace) -> int:
+    """Messages per second through ``format("waystation")``, streaming and batch."""
+    import tempfile
+
+    from nodekit import NodeProcess
+    from pyspark.sql import functions as F
+
+    from waystation.pipeline.session import spark_session
+    from waystation.pipeline.source import register
+
+    n = a.source
+    tmp = Path(tempfile.mkdtemp(prefix="ws-source-bench-"))
+    # a micro-batch holds at most max_window unacknowledged messages (default 1000)
+    window = "[limits]\nmax_window = 20000\n"
+    node = NodeProcess(tmp / "node", window, http=True, log_level="WARNING").start()
+    spark = spark_session(a.master, driver_memory=a.driver_memory)
+    register(spark)
+    figures: dict[str, object] = {"master": a.master, "messages": n}
+    try:
+        rows = spark.range(n).select(
+            F.concat(F.lit("order "), F.col("id").cast("string")).alias("body"),
+            F.struct(F.col("id").alias("n"), (F.col("id") % 2 == 0).alias("even")).alias(
+                "properties"
+            ),
+        )
+        rows.write.parquet(str(tmp / "rows"))
+        stomp = {"port": str(node.stomp_port), "queue": "bench"}
+        t = time.perf_counter()
+        q = (
+            spark.readStream.schema(rows.schema).parquet(str(tmp / "rows"))
+            .writeStream.format("waystation").options(**stomp)
+            .option("checkpointLocation", str(tmp / "cp-w")).trigger(availableNow=True).start()
+        )  # fmt: skip
+        q.awaitTermination()
+        figures["stream_write_msgs_s"] = round(n / (time.perf_counter() - t))
+
+        got = [0, 0]  # rows, batches
+
+        def count(df: object, _batch: int) -> None:
+            got[0] += df.count()  # type: ignore[attr-defined]
+            got[1] += 1
+
+        t = time.perf_counter()
+        q = (
+            spark.readStream.format("waystation").options(**stomp).load()
+            .writeStream.foreachBatch(count).option("checkpointLocation", str(tmp / "cp-r"))
+            .start()
+        )  # fmt: skip
+        while got[0] < n:
+            if q.awaitTermination(0.1):
+                raise SystemExit(f"read stopped: {q.exception()}")
+        figures["stream_read_msgs_s"] = round(n / (time.perf_counter() - t))
+        figures["stream_read_batches"] = got[1]
+        q.stop()
+
+        m = max(1, n // 10)
+        rest = {"url": node.http_url, "queue": "bench-rest"}
+        t = time.perf_counter()
+        spark.range(m).select(F.col("id").cast("string").alias("body")).repartition(2).write.format(
+            "waystation"
+        ).options(**rest).mode("append").save()
+        figures["batch_write_msgs_s"] = round(m / (time.perf_counter() - t))
+        t = time.perf_counter()
+        read = spark.read.format("waystation").options(**rest, wait="0.5").load().count()
+        figures["batch_read_msgs_s"] = round(read / (time.perf_counter() - t - 0.5))
+        figures["batch_messages"] = m
+    finally:
+        spark.stop()
+        node.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("| data source | messages/s |\n|---|---|")
+    for k, v in figures.items():
+        if k.endswith("_msgs_s"):
+            print(f"| {k.removesuffix('_msgs_s').replace('_', ' ')} | {v:,} |")
     if a.json:
         Path(a.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0

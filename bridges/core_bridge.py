@@ -4,10 +4,10 @@ How it keeps the promise:
 
 * The bridge is an ordinary consumer of its source queue, through one core session opened
   with the node's own principal (``SYSTEM``; it shows in the engine's session list), with a
-  window of ``confirmation_window`` unsettled messages.  Each delivery becomes a STOMP
-  ``SEND`` with a ``receipt``; the remote answers RECEIPT only once the message is on its
-  disk, and only then is the message settled as accepted locally (and leaves the source
-  queue).  Up to the window is in flight at once, so a long, fat link stays full.
+  window of ``confirmation_window`` unsettled messages.  Each delivery is forwarded through
+  the link (link.py: a STOMP ``SEND`` with a ``receipt``, or an unsettled AMQP transfer); the
+  remote confirms (RECEIPT, ``accepted``) only once the message is on its disk, and only
+  then is it settled as accepted locally (and leaves the source queue).  Up to the window is in flight at once, so a long, fat link stays full.
 * Every SEND carries ``_WS_DUPL_ID = <node>/<bridge>/<message id>``.  Message ids are stored
   with the message, so the id is the same after a restart of either side, and the remote's
   persisted duplicate cache drops any copy it already stored.
@@ -28,8 +28,8 @@ own session may read one by name, with the bridge's ``filter`` on top.
 Undeliverable messages go to the dead-letter address and the bridge goes on with the ones
 behind them:
 
-* the remote refused one SEND (its ERROR names the SEND's receipt): the reason comes from
-  the error text (``invalid-remote-destination``, ``remote-authorization``,
+* the remote refused one message (a STOMP ERROR naming its receipt, an AMQP ``rejected``):
+  the reason comes from the error text or condition (``invalid-remote-destination``, ``remote-authorization``,
   ``message-too-large``, ``remote-rejected``); transient refusals (store trouble, a full
   address) are retried after a backoff instead.  An ERROR that names no receipt puts the
   bridge in careful mode: the messages that were in flight are resent one at a time, so the
@@ -59,8 +59,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from waystation.bridges.dial import Target
-from waystation.bridges.outgoing import send_frame
-from waystation.bridges.reasons import classify_error
+from waystation.bridges.link import BridgeLink
 from waystation.bridges.redial import (
     CONNECTED,
     CONNECTING,
@@ -70,7 +69,6 @@ from waystation.bridges.redial import (
     link_options,
 )
 from waystation.bridges.spec import BridgeSpec
-from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.consumer import Consumer, ConsumerError, Delivery
 from waystation.core.divert import Transformer, load_transformer
 from waystation.core.events import FORWARDED, emit_message
@@ -79,7 +77,6 @@ from waystation.core.queue import ANYCAST
 from waystation.core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
 from waystation.core.security import SYSTEM
 from waystation.core.session import CreditMode, Outcome, Session, Source
-from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
     from waystation.core.engine import Engine
@@ -99,8 +96,8 @@ class _Entry:
     def __init__(self, tag: int, message: Message) -> None:
         self.tag = tag
         self.message = message
-        self.frame: bytes | None = None  # the encoded SEND, kept for resends
-        self.version = ""  # the STOMP version it was encoded for
+        self.frame: bytes | None = None  # the encoded message, kept for resends
+        self.version = ""  # the link encoding it was encoded for (BridgeLink.encoding)
         self.sent_on = 0  # the connection it was last sent on (0: not sent)
         self.first_sent = 0.0  # monotonic time of the first send
         self.in_doubt = False  # sent on a link that failed before the receipt came
@@ -134,7 +131,7 @@ class CoreBridge(Redialing):
         self._settle_scheduled = False
         self._careful: set[int] = set()  # suspects of an unattributed ERROR
         self._careful_tag: int | None = None  # the one suspect in flight
-        self._link: StompLink | None = None
+        self._link: BridgeLink | None = None
         self._conn = 0
         self._session: Session | None = None
         self._consumer: Consumer | None = None
@@ -146,6 +143,7 @@ class CoreBridge(Redialing):
         self._link_error: str | None = None
         self._write_paused = False
         self._drain_task: asyncio.Task[None] | None = None  # keeps the task referenced
+        self.paused = False  # the admin paused it: no new messages from the source
 
     # -- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -155,6 +153,8 @@ class CoreBridge(Redialing):
         self._down_since_ms = now_ms()
         self._release()  # a restart after giving up: the old session is gone
         self._session, self._consumer = self._subscribe()
+        if self.paused:
+            self._session.pause()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._run()), loop.create_task(self._watch())]
 
@@ -202,6 +202,20 @@ class CoreBridge(Redialing):
     def _gave_up(self) -> None:
         self._release()
 
+    def pause(self) -> None:
+        """Take no new messages from the source queue; the link stays up and what the bridge
+        already holds is still sent and confirmed."""
+        self.paused = True
+        if self._session is not None:
+            self._session.pause()
+        log.info("bridge %s: paused", self.spec.name)
+
+    def resume(self) -> None:
+        self.paused = False
+        if self._session is not None and not self._write_paused:
+            self._session.resume()
+        log.info("bridge %s: resumed", self.spec.name)
+
     def _release(self) -> None:
         """Give every held message back, unprocessed and in order, and close the session.
 
@@ -241,8 +255,9 @@ class CoreBridge(Redialing):
             self._release()
             self._set_state(STOPPED)
 
-    async def _serve(self, link: StompLink, target: Target) -> None:
-        link.on_frame = self._on_frame
+    async def _serve(self, link: BridgeLink, target: Target) -> None:
+        link.on_confirmed = self._on_confirmed
+        link.on_refused = self._on_refused
         self._conn += 1
         self._link = link
         self._link_error = None
@@ -267,7 +282,7 @@ class CoreBridge(Redialing):
         )
         await link.wait_closed()
 
-    def _link_lost(self, link: StompLink) -> None:
+    def _link_lost(self, link: BridgeLink) -> None:
         if self._link is not link:
             return
         link.close("bridge stopping")
@@ -280,7 +295,7 @@ class CoreBridge(Redialing):
         self._unsent = deque(self._entries)
         if self._write_paused:
             self._write_paused = False
-            if self._session is not None:
+            if self._session is not None and not self.paused:
                 self._session.resume()
 
     # -- consuming (DeliveryHandler) --------------------------------------------------------
@@ -336,12 +351,12 @@ class CoreBridge(Redialing):
                 self._give_up(entry, IN_DOUBT_TIMEOUT, self._doubt_detail(entry, mono))
                 continue
             try:
-                frame = self._frame(entry, link.version)
+                frame = self._frame(entry, link)
             except Exception as e:  # a transformer bug: this message cannot be sent
                 log.exception("bridge %s: cannot encode message %d", self.spec.name, tag)
                 self._give_up(entry, "transformer-error", repr(e))
                 continue
-            link.write(frame)
+            link.forward(str(tag), frame)
             entry.sent_on = self._conn
             if not entry.first_sent:
                 entry.first_sent = mono
@@ -356,36 +371,30 @@ class CoreBridge(Redialing):
                     self._drain(link, session)
                 )
 
-    async def _drain(self, link: StompLink, session: Session) -> None:
+    async def _drain(self, link: BridgeLink, session: Session) -> None:
         await link.drain()
         if self._write_paused and session is self._session:
             self._write_paused = False
-            session.resume()
+            if not self.paused:
+                session.resume()
 
     def duplicate_id(self, msg: Message) -> str:
         """Stable across restarts of either side: message ids are stored with the message."""
         return f"{self.engine.node_name}/{self.spec.name}/{msg.id}"
 
-    def _frame(self, entry: _Entry, version: str) -> bytes:
-        if entry.frame is None or entry.version != version:
+    def _frame(self, entry: _Entry, link: BridgeLink) -> bytes:
+        encoding = link.encoding
+        if entry.frame is None or entry.version != encoding:
             msg = entry.message
             if self.transform is not None:
                 msg = self.transform(msg.copy(msg.id))
             dup = self.duplicate_id(entry.message) if self.spec.duplicate_detection else None
-            entry.frame = send_frame(
-                msg, str(entry.tag), self.spec.forwarding_address, dup, version
-            )
-            entry.version = version
+            entry.frame = link.encode(msg, str(entry.tag), self.spec.forwarding_address, dup)
+            entry.version = encoding
         return entry.frame
 
     # -- the remote's answers -----------------------------------------------------------------
-    def _on_frame(self, frame: Frame) -> None:
-        if frame.command == "RECEIPT":
-            self._on_receipt(frame.headers.get("receipt-id", ""))
-        elif frame.command == "ERROR":
-            self._on_error(frame)
-
-    def _on_receipt(self, rid: str) -> None:
+    def _on_confirmed(self, rid: str) -> None:
         if not rid.isdigit():
             return
         tag = int(rid)
@@ -434,20 +443,24 @@ class CoreBridge(Redialing):
                 if oldest_held is not None and t > oldest_held:
                     session.settle(consumer, t, Outcome.ACCEPTED)
 
-    def _on_error(self, frame: Frame) -> None:
+    def _on_refused(self, rid: str | None, text: str, reason: str | None) -> None:
+        """The remote refused a message (``rid``), or something it did not name (None):
+        a permanent ``reason`` dead-letters the message, a transient one (None) ends the link
+        so the message is resent, in order, after a backoff."""
         link = self._link
-        text = error_text(frame)
-        rid = frame.headers.get("receipt-id", "")
         entry: _Entry | None = None
-        if rid.isdigit():
+        if rid is not None and rid.isdigit():
             entry = self._entries.get(int(rid))
-        elif not rid and self._careful_tag is not None:  # the one message in flight
+        elif rid is None and self._careful_tag is not None:  # the one message in flight
             entry = self._entries.get(self._careful_tag)
-        reason = classify_error(text)
         if entry is not None and entry.sent_on == self._conn:
             if reason is not None:
                 self._give_up(entry, reason, f"{self.url} refused it: {text}")
                 self._progress = True  # the link is fine: redial at once
+                if link is not None and not link.refusal_ends_link:
+                    if self._careful:
+                        self._pump()
+                    return  # the link goes on with the next message
             self._link_error = f"remote ERROR for message {entry.message.id}: {text}"
         else:
             if reason is not None:  # possibly about one message: find it, one at a time
@@ -565,6 +578,7 @@ class CoreBridge(Redialing):
             "remote_node": self.spec.remote_node,
             "queue": self.spec.queue,
             "state": self.state,
+            "paused": self.paused,
             "url": self.url if link is not None else None,
             "next_attempt": _iso(self.next_attempt) if self.state == RETRYING else None,
             "in_flight": len(self._entries),

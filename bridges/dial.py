@@ -1,7 +1,8 @@
 """Where a bridge connects and how the byte stream is opened, by URL scheme.
 
-tcp/tls are sockets (through an HTTP proxy with ``CONNECT``), ws/wss WebSockets, http/https
-the HTTP tunnel; all come back as asyncio streams, so the STOMP link above them is the same.
+tcp/tls and amqp/amqps are sockets (through an HTTP proxy with ``CONNECT``), ws/wss
+WebSockets, http/https the HTTP tunnel; all come back as asyncio streams, so the link above
+them (STOMP, or AMQP for amqp/amqps) is the same.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from waystation.client.tunnel import open_tunnel_connection
 from waystation.client.websocket import open_websocket_connection
 
 READ_CHUNK = 256 * 1024
-TLS_SCHEMES = ("tls", "wss", "https")
+TLS_SCHEMES = ("tls", "wss", "https", "amqps")
 DEFAULT_PATHS = {"ws": "/stomp", "wss": "/stomp", "http": "/tunnel", "https": "/tunnel"}
 
 
@@ -33,6 +34,8 @@ class Target:
     scheme: str = "tcp"
     tls_ca: str | None = None  # PEM bundle to verify the remote; None: the system's CAs
     path: str = ""
+    tls_cert: str | None = None  # PEM client certificate presented on TLS links
+    tls_key: str | None = None  # its private key (None: in tls_cert)
 
     @property
     def tls(self) -> bool:
@@ -62,7 +65,12 @@ class Target:
         return f"{self.url}{via}"
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        return ssl.create_default_context(cafile=self.tls_ca) if self.tls else None
+        if not self.tls:
+            return None
+        ctx = ssl.create_default_context(cafile=self.tls_ca)
+        if self.tls_cert is not None:
+            ctx.load_cert_chain(self.tls_cert, self.tls_key)
+        return ctx
 
 
 async def dial(
@@ -70,7 +78,7 @@ async def dial(
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Open the byte stream to ``target`` by its scheme; the caller applies the timeout.
 
-    tcp/tls: a socket, or a ``CONNECT`` tunnel through the proxy with TLS inside it.
+    tcp/tls (and amqp/amqps): a socket, or a ``CONNECT`` tunnel through the proxy with TLS inside it.
     ws/wss: a WebSocket (through the proxy when there is one).  http/https: the HTTP tunnel,
     whose requests pass proxies that allow nothing but plain requests; it rides out a proxy
     restart by retrying for up to ``retry_for`` seconds (a link passes its liveness timeout:

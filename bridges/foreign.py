@@ -1,4 +1,5 @@
-"""Bridges to and from a foreign STOMP broker (ActiveMQ, RabbitMQ): at-least-once both ways.
+"""Bridges to and from a foreign broker (STOMP: ActiveMQ, RabbitMQ; AMQP 1.0: RabbitMQ's
+plugin): at-least-once both ways.
 
 * ``ForeignStompBridge`` (outbound) is a core bridge: the same window, receipts, ordered
   resends, reconnect/backoff/failover and liveness.  A foreign broker ignores
@@ -6,6 +7,9 @@
   header is still sent, so a consumer there can drop the copies itself.  The bridge sends no
   ``client-id`` (ActiveMQ would refuse a reconnect while it still holds the old connection).
   The forwarding address is used as the STOMP destination as written (``/queue/orders``).
+  Over AMQP (``foreign = "amqp"``) it is the sender's target address (RabbitMQ 3.10:
+  ``/amq/queue/<q>``, ``/queue/<q>``, ``/exchange/<x>/<key>``) and a message is settled
+  locally only on the broker's ``accepted``.
 * ``ForeignInbound`` subscribes to ``source`` with ``ack:client-individual`` and a prefetch of
   ``confirmation_window``; each MESSAGE becomes a durable local message on
   ``forwarding_address`` (its non-protocol headers become properties) and is ACKed on the
@@ -13,7 +17,12 @@
   opened with the node's own principal (``SYSTEM``), listed with the engine's sessions while
   the bridge runs.  A lost link or a failed local write leaves the un-ACKed messages with the
   foreign broker, which redelivers them on the next connection: nothing is lost, duplicates
-  are possible.
+  are possible.  Over AMQP it is the same with a receiver from ``source``: credit of
+  ``confirmation_window``, each transfer mapped as the node's AMQP adapter maps it (typed
+  properties, body sections) and ``accepted`` only once stored; what is unaccepted when the
+  link drops goes back to the broker.
+* Pausing an inbound bridge holds what arrives (at most the window) without storing or
+  acknowledging it; the link stays up and ``resume`` stores the held ones in order.
 """
 
 from __future__ import annotations
@@ -22,10 +31,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from waystation.bridges.amqp_link import AmqpLink
 from waystation.bridges.core_bridge import SESSION_PROTOCOL, CoreBridge, _iso
 from waystation.bridges.dial import Target
+from waystation.bridges.link import BridgeLink
 from waystation.bridges.redial import (
     CONNECTED,
     CONNECTING,
@@ -37,9 +49,10 @@ from waystation.bridges.redial import (
 )
 from waystation.bridges.spec import BridgeSpec
 from waystation.bridges.stomp_link import StompLink, error_text
-from waystation.core.message import DEFAULT_PRIORITY, PropertyValue
+from waystation.core.message import DEFAULT_PRIORITY, Message, PropertyValue, now_ms
 from waystation.core.security import SYSTEM
 from waystation.core.session import Session
+from waystation.gateway.amqp.mapping import message_from_transfer
 from waystation.gateway.stomp.mapping import TRACE_HEADER
 from waystation.wire.stomp import Frame
 
@@ -72,12 +85,14 @@ SUBSCRIPTION_ID = "ws-inbound"
 
 
 class ForeignStompBridge(CoreBridge):
-    """Outbound into a foreign STOMP broker: a core bridge without remote duplicate detection."""
+    """Outbound into a foreign STOMP or AMQP broker: a core bridge without remote duplicate
+    detection."""
 
     def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
         super().__init__(engine, spec)
         # no client-id: ActiveMQ refuses a reconnect while it still holds the old connection
-        self._options = link_options(spec)
+        target = spec.forwarding_address if spec.foreign == "amqp" else None
+        self._options = link_options(spec, amqp_target=target)
 
     def _session_remote(self) -> str:
         return _first_url(self.spec)
@@ -90,7 +105,7 @@ class ForeignStompBridge(CoreBridge):
 
 
 class ForeignInbound(Redialing):
-    """Consumes a foreign STOMP destination into a local address, at least once."""
+    """Consumes a foreign STOMP or AMQP source into a local address, at least once."""
 
     def __init__(self, engine: Engine, spec: BridgeSpec) -> None:
         if not spec.source or not spec.forwarding_address:
@@ -106,8 +121,11 @@ class ForeignInbound(Redialing):
         self.forwarded = 0  # stored locally and ACKed to the foreign broker
         self.failed = 0  # failed connection attempts and lost links
         self.last_error: str | None = None
-        self._options = link_options(spec)
-        self._link: StompLink | None = None
+        amqp_source = spec.source if spec.foreign == "amqp" else None
+        self._options = link_options(spec, amqp_source=amqp_source)
+        self._link: BridgeLink | None = None
+        self.paused = False
+        self._held: list[tuple[Callable[[], Message], Callable[[], None]]] = []
         self._session: Session | None = None
         self._pending = 0  # local writes not yet on disk, on the current link
         self._task: asyncio.Task[None] | None = None
@@ -154,24 +172,19 @@ class ForeignInbound(Redialing):
     async def _run(self) -> None:
         await self._connection_loop()
 
-    async def _serve(self, link: StompLink, target: Target) -> None:
-        link.on_frame = lambda frame: self._on_frame(link, frame)
+    async def _serve(self, link: BridgeLink, target: Target) -> None:
         self._link = link
         self._pending = 0
+        self._held.clear()  # taken on the old link: the remote redelivers them
         self._progress = False
         self.url = str(target)
         started = time.monotonic()
-        window = str(self.spec.window)
-        link.send_frame(
-            "SUBSCRIBE",
-            {
-                "id": SUBSCRIPTION_ID,
-                "destination": self.source,
-                "ack": "client-individual" if link.version != "1.0" else "client",
-                "activemq.prefetchSize": window,  # ActiveMQ
-                "prefetch-count": window,  # RabbitMQ
-            },
-        )
+        if isinstance(link, AmqpLink):
+            link.on_message = lambda payload, d: self._on_transfer(link, payload, d)
+            link.receive(self.spec.window)
+        else:
+            assert isinstance(link, StompLink)
+            self._subscribe(link)
         self._set_state(CONNECTED)
         try:
             reason = await asyncio.shield(link.closed)
@@ -193,7 +206,48 @@ class ForeignInbound(Redialing):
         )
         await link.wait_closed()
 
+    def _subscribe(self, link: StompLink) -> None:
+        link.on_frame = lambda frame: self._on_frame(link, frame)
+        window = str(self.spec.window)
+        link.send_frame(
+            "SUBSCRIBE",
+            {
+                "id": SUBSCRIPTION_ID,
+                "destination": self.source,
+                "ack": "client-individual" if link.version != "1.0" else "client",
+                "activemq.prefetchSize": window,  # ActiveMQ
+                "prefetch-count": window,  # RabbitMQ
+            },
+        )
+
+    # -- pausing ----------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Store nothing more (what arrives is held, unacknowledged, up to the window: the
+        broker then stops sending); the link stays up."""
+        self.paused = True
+        log.info("bridge %s: paused", self.spec.name)
+
+    def resume(self) -> None:
+        self.paused = False
+        held, self._held = self._held, []
+        link = self._link
+        log.info("bridge %s: resumed (%d held messages)", self.spec.name, len(held))
+        if link is None:
+            return
+        for build, ack in held:
+            self._take(link, build, ack)
+
     # -- messages -------------------------------------------------------------------------
+    def _on_transfer(self, link: AmqpLink, payload: bytes, d: Any) -> None:
+        self.received += 1
+
+        def build() -> Message:
+            msg, _ = message_from_transfer(payload, self.engine.ids(), self.address, now_ms())
+            msg.durable = True
+            return msg
+
+        self._take(link, build, lambda: link.accept(d))
+
     def _on_frame(self, link: StompLink, frame: Frame) -> None:
         if frame.command == "ERROR":
             link.close(f"remote ERROR: {error_text(frame)}")
@@ -204,11 +258,8 @@ class ForeignInbound(Redialing):
         h = frame.headers
         self.received += 1
         ack = _ack_headers(link.version, h)
-        session = self._session
-        if session is None:  # stopping: the remote redelivers it on the next link
-            link.close("bridge stopping")
-            return
-        try:
+
+        def build() -> Message:
             msg = self.engine.make_message(
                 self.address,
                 frame.body,
@@ -220,7 +271,23 @@ class ForeignInbound(Redialing):
             trace = h.get(TRACE_HEADER)
             if trace and len(trace) <= 256:  # relayed from a Waystation node: keep its trace
                 msg.trace_id = trace
-            fut = session.send(msg)
+            return msg
+
+        self._take(link, build, lambda: link.send_frame("ACK", ack))
+
+    def _take(
+        self, link: BridgeLink, build: Callable[[], Message], ack: Callable[[], None]
+    ) -> None:
+        """Store one message taken from the remote; acknowledge it there once on disk."""
+        if self.paused:
+            self._held.append((build, ack))
+            return
+        session = self._session
+        if session is None:  # stopping: the remote redelivers it on the next link
+            link.close("bridge stopping")
+            return
+        try:
+            fut = session.send(build())
         except Exception as e:  # not stored: the remote redelivers it on the next link
             log.exception("bridge %s: storing a message from %s failed", self.spec.name, self.url)
             link.close(f"local store refused a message: {describe(e)}")
@@ -231,7 +298,7 @@ class ForeignInbound(Redialing):
         self._pending += 1
         fut.add_done_callback(lambda f: self._stored(link, ack, f))
 
-    def _stored(self, link: StompLink, ack: dict[str, str], fut: asyncio.Future[None]) -> None:
+    def _stored(self, link: BridgeLink, ack: Callable[[], None], fut: asyncio.Future[None]) -> None:
         if link is self._link:
             self._pending -= 1
         exc = None if fut.cancelled() else fut.exception()
@@ -241,10 +308,10 @@ class ForeignInbound(Redialing):
             return
         self._acked(link, ack)
 
-    def _acked(self, link: StompLink, ack: dict[str, str]) -> None:
+    def _acked(self, link: BridgeLink, ack: Callable[[], None]) -> None:
         if link is not self._link:
             return  # the link is gone: the remote redelivers this one, a duplicate locally
-        link.send_frame("ACK", ack)
+        ack()
         self.forwarded += 1
         self._progress = True
 
@@ -272,6 +339,7 @@ class ForeignInbound(Redialing):
             "source": self.source,
             "address": self.address,
             "state": self.state,
+            "paused": self.paused,
             "url": self.url if self._link is not None else None,
             "next_attempt": _iso(self.next_attempt) if self.state == RETRYING else None,
             "in_flight": self._pending,

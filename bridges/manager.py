@@ -62,3 +62,18 @@ class BridgeManager:
 
     def get(self, name: str) -> Bridge | None:
         return next((b for b in self.bridges if b.spec.name == name), None)
+
+    def _named(self, name: str) -> Bridge:
+        bridge = self.get(name)
+        if bridge is None:
+            raise KeyError(name)
+        return bridge
+
+    def pause(self, name: str) -> None:
+        """Stop taking new messages from the bridge's source; its link stays up.  KeyError
+        for an unknown name.  A paused bridge stays paused across a reconnect, not across a
+        node restart or a reload that re-creates it."""
+        self._named(name).pause()
+
+    def resume(self, name: str) -> None:
+        self._named(name).resume()

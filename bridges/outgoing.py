@@ -25,7 +25,14 @@ def send_frame(
     """The SEND for ``msg``: to the forwarding address, else the address it was sent to
     before store-and-forward, else its own; ``duplicate_id`` (when given) lets the remote drop
     resends, and a user's own duplicate id travels on as ``SOURCE_DUPLICATE_ID``."""
-    orig = msg.annotation(ORIGINAL_ADDRESS)
-    dest = forwarding_address or (orig if isinstance(orig, str) and orig else None)
-    headers = send_headers(msg, dest or msg.address, receipt, duplicate_id, SOURCE_DUPLICATE_ID)
+    headers = send_headers(
+        msg, destination(msg, forwarding_address), receipt, duplicate_id, SOURCE_DUPLICATE_ID
+    )
     return encode_frame("SEND", headers, msg.body, version, content_length=True)
+
+
+def destination(msg: Message, forwarding_address: str | None) -> str:
+    """Where a bridge sends ``msg``: the forwarding address, else the address it was sent to
+    before store-and-forward, else its own."""
+    orig = msg.annotation(ORIGINAL_ADDRESS)
+    return forwarding_address or (orig if isinstance(orig, str) and orig else msg.address)

@@ -7,10 +7,12 @@ import asyncio
 import logging
 import time
 
+from waystation.bridges.amqp_link import AmqpLink
 from waystation.bridges.dial import Target
+from waystation.bridges.link import AMQP_SCHEMES, BridgeLink, ConnectRefused, LinkOptions
 from waystation.bridges.reasons import is_authentication_failure
 from waystation.bridges.spec import BridgeSpec
-from waystation.bridges.stomp_link import ConnectRefused, LinkOptions, StompLink
+from waystation.bridges.stomp_link import StompLink
 
 log = logging.getLogger("waystation.bridge")
 
@@ -28,11 +30,22 @@ def describe(e: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
+async def open_link(target: Target, options: LinkOptions) -> BridgeLink:
+    """Dial ``target`` and open the protocol its scheme names (amqp/amqps: AMQP 1.0, the
+    others STOMP).  Raises OSError/TimeoutError when unreachable, ConnectRefused when the
+    remote says no."""
+    if target.scheme in AMQP_SCHEMES:
+        return await AmqpLink.open(target, options)
+    return await StompLink.open(target, options)
+
+
 def link_options(
     spec: BridgeSpec,
     client_id: str | None = None,
     node: str | None = None,
     expect_node: str | None = None,
+    amqp_target: str | None = None,
+    amqp_source: str | None = None,
 ) -> LinkOptions:
     return LinkOptions(
         login=spec.user,
@@ -43,6 +56,8 @@ def link_options(
         client_id=client_id,
         node=node,
         expect_node=expect_node,
+        amqp_target=amqp_target,
+        amqp_source=amqp_source,
     )
 
 
@@ -61,7 +76,7 @@ class Redialing:
     def _set_state(self, state: str) -> None:
         raise NotImplementedError
 
-    async def _serve(self, link: StompLink, target: Target) -> None:
+    async def _serve(self, link: BridgeLink, target: Target) -> None:
         raise NotImplementedError
 
     def _has_targets(self) -> bool:
@@ -105,14 +120,14 @@ class Redialing:
             await asyncio.sleep(delay)
             self.next_attempt = None
 
-    async def _connect_any(self) -> tuple[StompLink, Target] | None:
+    async def _connect_any(self) -> tuple[BridgeLink, Target] | None:
         errors: list[str] = []
         auth = False
         for target in self.spec.targets:
             if self._stopping:
                 return None
             try:
-                link = await StompLink.open(target, self._options)
+                link = await open_link(target, self._options)
             except ConnectRefused as e:
                 refused = is_authentication_failure(e.message)
                 auth |= refused

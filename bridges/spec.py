@@ -12,7 +12,7 @@ from waystation.bridges.dial import Target
 if TYPE_CHECKING:
     from waystation.config.links import BridgeConfig
 
-SUPPORTED_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https")
+SUPPORTED_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https", "amqp", "amqps")
 
 
 @dataclass(slots=True)
@@ -33,7 +33,7 @@ class BridgeSpec:
     liveness_timeout: float = 30.0
     routing_timeout: float | None = None
     in_doubt_timeout: float | None = 300.0
-    foreign: str | None = None  # "stomp": the remote is a foreign STOMP broker
+    foreign: str | None = None  # "stomp"/"amqp": the remote is a foreign broker
     inbound: bool = False  # foreign only: consume ``source`` there into forwarding_address
     source: str | None = None
     # urls given in the config that this version cannot dial, with the reason
@@ -64,6 +64,8 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
                 proxy.password if proxy else None,
                 scheme=ep.scheme,
                 tls_ca=str(cfg.tls_ca) if cfg.tls_ca is not None else None,
+                tls_cert=str(cfg.tls_cert) if cfg.tls_cert is not None else None,
+                tls_key=str(cfg.tls_key) if cfg.tls_key is not None else None,
                 path=ep.path,
             )
         )

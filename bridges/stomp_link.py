@@ -23,14 +23,23 @@ import logging
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from waystation.bridges.dial import READ_CHUNK, Target, dial
+from waystation.bridges.link import (
+    Confirmed,
+    ConnectRefused,
+    LinkOptions,
+    Refused,
+    _ignore_confirmed,
+    _ignore_refused,
+)
+from waystation.bridges.outgoing import send_frame
+from waystation.bridges.reasons import classify_error
+from waystation.core.message import Message
 from waystation.gateway.stomp.mapping import NODE_HEADER
 from waystation.wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
-    Limits,
     StompError,
     StompParser,
     encode_frame,
@@ -40,30 +49,6 @@ log = logging.getLogger("waystation.bridge.link")
 
 PROBE_PREFIX = "ws-probe-"
 FLUSH_AT = 64 * 1024
-
-
-class ConnectRefused(Exception):
-    """The remote answered CONNECT with an ERROR frame."""
-
-    def __init__(self, message: str, detail: str = "") -> None:
-        super().__init__(message + (f" ({detail})" if detail else ""))
-        self.message = message
-        self.detail = detail
-
-
-@dataclass(frozen=True, slots=True)
-class LinkOptions:
-    login: str | None = None
-    passcode: str | None = None
-    heartbeat: float = 10.0  # seconds; 0 = no heart-beats
-    liveness: float = 30.0  # seconds of input silence before the link is dead; 0 = never
-    connect_timeout: float = 30.0
-    client_id: str | None = None
-    # a link between Waystation nodes: the node name this side claims (``ws-node`` in
-    # CONNECT), and the one the remote must answer with in CONNECTED, else the link is refused
-    node: str | None = None
-    expect_node: str | None = None
-    limits: Limits = Limits(max_frame_size=64 * 1024 * 1024, max_body_size=64 * 1024 * 1024)
 
 
 class StompLink:
@@ -84,7 +69,10 @@ class StompLink:
         self.target = target
         self.version = "1.2"
         self.server = ""
-        self.on_frame: Callable[[Frame], None] = _ignore
+        # a bridge's answers (BridgeLink); a consumer of the remote replaces on_frame
+        self.on_confirmed: Confirmed = _ignore_confirmed
+        self.on_refused: Refused = _ignore_refused
+        self.on_frame: Callable[[Frame], None] = self._bridge_frame
         self.closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._send_every = 0.0
         self._last_rx = time.monotonic()
@@ -251,6 +239,33 @@ class StompLink:
         self.send_frame("BEGIN", {"transaction": tx})
         self.send_frame("ABORT", {"transaction": tx, "receipt": tx})
 
+    # -- BridgeLink: SEND with a receipt; RECEIPT confirms, ERROR refuses ------------------
+    @property
+    def encoding(self) -> str:
+        return f"stomp{self.version}"
+
+    refusal_ends_link = True  # a STOMP server closes the connection after an ERROR
+
+    def encode(
+        self,
+        msg: Message,
+        confirm_id: str,
+        forwarding_address: str | None,
+        duplicate_id: str | None,
+    ) -> bytes:
+        return send_frame(msg, confirm_id, forwarding_address, duplicate_id, self.version)
+
+    def forward(self, confirm_id: str, payload: bytes) -> None:
+        self.write(payload)
+
+    def _bridge_frame(self, frame: Frame) -> None:
+        if frame.command == "RECEIPT":
+            self.on_confirmed(frame.headers.get("receipt-id", ""))
+        elif frame.command == "ERROR":
+            text = error_text(frame)
+            rid = frame.headers.get("receipt-id") or None
+            self.on_refused(rid, text, classify_error(text))
+
     # -- output ---------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
         if self._ended:
@@ -324,5 +339,4 @@ def error_text(frame: Frame) -> str:
     return frame.headers.get("message") or frame.body.decode("utf-8", "replace")[:500] or "ERROR"
 
 
-def _ignore(frame: Frame) -> None:
-    return None
+__all__ = ["ConnectRefused", "LinkOptions", "StompLink", "error_text"]

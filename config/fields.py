@@ -295,7 +295,7 @@ def _url_check(
 
 STREAM_SCHEMES = ("tcp", "tls")
 HTTP_SCHEMES = ("http", "https")
-BRIDGE_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https")
+BRIDGE_SCHEMES = ("tcp", "tls", "ws", "wss", "http", "https", "amqp", "amqps")
 
 StreamListenUrl = Annotated[str, _url_check(STREAM_SCHEMES)]
 HttpListenUrl = Annotated[str, _url_check(HTTP_SCHEMES, path_allowed=True)]

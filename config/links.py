@@ -1,5 +1,6 @@
-"""``[[bridges]]``: links draining a local queue into a remote node (or a foreign STOMP broker),
-and inbound links consuming a foreign broker's destination into a local address."""
+"""``[[bridges]]``: links draining a local queue into a remote node (or a foreign STOMP or
+AMQP 1.0 broker), and inbound links consuming a foreign broker's destination into a local
+address."""
 
 from __future__ import annotations
 
@@ -37,8 +38,9 @@ class BridgeConfig(Section):
     )
     forwarding_address: AddressName | None = Field(
         default=None,
-        description="Remote address (a STOMP destination such as '/queue/x' for a foreign "
-        "broker); unset keeps each message's address.  Inbound bridges: the local address.",
+        description="Remote address (for a foreign broker its STOMP destination such as "
+        "'/queue/x', or its AMQP address such as '/amq/queue/x' on RabbitMQ); unset keeps each "
+        "message's address.  Inbound bridges: the local address.",
     )
     filter: FilterText = Field(
         default=None, description="Only matching messages are forwarded; others stay queued."
@@ -49,7 +51,8 @@ class BridgeConfig(Section):
     urls: list[BridgeUrl] = Field(
         min_length=1,
         description="Remote endpoints in failover order: tcp://, tls://, ws:// and wss:// "
-        "(path default /stomp), http:// and https:// for the HTTP tunnel (path default /tunnel).",
+        "(path default /stomp), http:// and https:// for the HTTP tunnel (path default /tunnel) "
+        "speak STOMP; amqp:// and amqps:// (TLS) speak AMQP 1.0.",
     )
     proxy: ProxyUrl | None = Field(
         default=None,
@@ -60,6 +63,14 @@ class BridgeConfig(Section):
         default=None,
         description="PEM CA bundle that verifies tls://, wss:// and https:// remotes "
         "(default: the system's CAs).",
+    )
+    tls_cert: ConfigPath | None = Field(
+        default=None,
+        description="PEM client certificate (chain) the bridge presents on TLS links; a remote "
+        "that maps its subject to a user logs the bridge in by it (no user or password).",
+    )
+    tls_key: ConfigPath | None = Field(
+        default=None, description="PEM private key of tls_cert (unset: it is in tls_cert)."
     )
     user: str | None = Field(default=None, description="User on the remote node.")
     password: str | None = Field(
@@ -85,7 +96,9 @@ class BridgeConfig(Section):
         default=True, description="Stamp duplicate ids so resends are dropped remotely."
     )
     heartbeat: Duration = Field(
-        default=duration("10s"), description="Link heart-beat interval (0 = none)."
+        default=duration("10s"),
+        description="Link heart-beat interval (0 = none); an AMQP link "
+        "uses liveness_timeout as its idle-timeout instead.",
     )
     liveness_timeout: Duration = Field(
         default=duration("30s"), description="Silence after which the link is considered dead."
@@ -97,9 +110,10 @@ class BridgeConfig(Section):
         default=duration("5m"),
         description="How long unconfirmed messages are retried after reconnects.",
     )
-    foreign: Annotated[Literal["stomp"], choice("stomp")] | None = Field(
+    foreign: Annotated[Literal["stomp", "amqp"], choice("stomp", "amqp")] | None = Field(
         default=None,
-        description='"stomp" for a foreign STOMP broker (ActiveMQ, RabbitMQ); false/unset for Waystation.',
+        description='"stomp" for a foreign STOMP broker (ActiveMQ, RabbitMQ), "amqp" for a '
+        "foreign AMQP 1.0 broker (RabbitMQ's AMQP 1.0 plugin); false/unset for Waystation.",
     )
     direction: Annotated[Literal["outbound", "inbound"], choice("outbound", "inbound")] = Field(
         default="outbound",
@@ -107,7 +121,8 @@ class BridgeConfig(Section):
     )
     source: str | None = Field(
         default=None,
-        description='Inbound: the foreign STOMP destination to consume, e.g. "/queue/orders".',
+        description='Inbound: the foreign destination to consume: STOMP "/queue/orders", '
+        'AMQP (RabbitMQ) "/amq/queue/orders" or "/queue/orders".',
     )
 
     @model_validator(mode="before")
@@ -145,8 +160,10 @@ class BridgeConfig(Section):
             )
         if self.password is not None and self.user is None:
             problems.append((("password",), "a password needs a user"))
+        if self.tls_key is not None and self.tls_cert is None:
+            problems.append((("tls_key",), "a tls_key needs a tls_cert"))
         for i, ep in enumerate(self.endpoints()):
-            if ep.scheme in ("tcp", "tls") and ep.path not in ("", "/"):
+            if ep.scheme in ("tcp", "tls", "amqp", "amqps") and ep.path not in ("", "/"):
                 problems.append(
                     (("urls", i), f"a {ep.scheme}:// url must not have a path, got {ep.path!r}")
                 )
@@ -154,6 +171,13 @@ class BridgeConfig(Section):
                 problems.append(
                     (("urls", i), "a foreign broker cannot be reached over the HTTP tunnel")
                 )
+            amqp_url = ep.scheme in ("amqp", "amqps")
+            if self.foreign == "amqp" and not amqp_url:
+                problems.append(
+                    (("urls", i), 'a foreign "amqp" bridge needs amqp:// or amqps:// urls')
+                )
+            if self.foreign == "stomp" and amqp_url:
+                problems.append((("urls", i), 'a foreign "stomp" bridge cannot use an amqp url'))
         if self.direction == "inbound":
             if not self.foreign:
                 problems.append((("direction",), 'only a foreign bridge can be "inbound"'))
@@ -163,7 +187,10 @@ class BridgeConfig(Section):
                 or any(c in self.source for c in "\r\n\0")
             ):
                 problems.append(
-                    (("source",), "an inbound bridge needs a STOMP destination to consume")
+                    (
+                        ("source",),
+                        "an inbound bridge needs a STOMP destination or AMQP address to consume",
+                    )
                 )
             if self.forwarding_address is None:
                 problems.append(
@@ -174,6 +201,13 @@ class BridgeConfig(Section):
                 )
         elif self.source is not None:
             problems.append((("source",), 'only an "inbound" bridge has a source'))
+        if self.foreign == "amqp" and self.direction == "outbound" and not self.forwarding_address:
+            problems.append(
+                (
+                    ("forwarding_address",),
+                    'a foreign "amqp" bridge needs the broker\'s address, e.g. "/amq/queue/orders"',
+                )
+            )
         if problems:
             raise Problems(problems)
         return self

@@ -1,4 +1,10 @@
-"""``[acceptors]``: one listener per protocol, each a URL, a table, or ``false``."""
+"""``[acceptors]``: the listeners of each protocol, each a URL, a table, or ``false``.
+
+A protocol's table is its main listener; ``[[acceptors.<protocol>.extra]]`` tables add more
+(``url`` and their own ``tls``) that share everything else in it (limits, timeouts, and for
+HTTP the REST, WebSocket, tunnel and SockJS settings): e.g. STOMP on 61613 and STOMP over
+TLS on 61614.  Two listeners on one port are refused here, not at bind time.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, Field, model_validator
 
 from waystation.config import defaults
-from waystation.config.errors import Problems
+from waystation.config.errors import Problems, format_loc
 from waystation.config.fields import (
     HTTP_SCHEMES,
     STREAM_SCHEMES,
@@ -22,6 +28,8 @@ from waystation.config.fields import (
     parse_url,
 )
 from waystation.config.units import duration, size
+
+ANY_HOST = frozenset(("0.0.0.0", "::", "*"))  # listens on every address
 
 # -- limits every listener and session table has: one default, one wording ---------------
 # (the fields stay on each table, so the TOML keys are where they were; docs/security.md)
@@ -80,8 +88,19 @@ class TlsConfig(Section):
         return self
 
 
+class ExtraListener(Section):
+    """One more listener of a protocol: only where it listens and its TLS are its own."""
+
+    url: str = Field(description="Where to listen (the protocol's schemes); port 0: any.")
+    tls: TlsConfig | None = Field(
+        default=None,
+        description="TLS for this listener ({cert, key, ca?}); not inherited from the main one.",
+    )
+
+
 class AcceptorConfig(Section):
-    """One listener.  In TOML: a URL string, a table with ``url`` and more, or ``false``."""
+    """One protocol's listeners.  In TOML: a URL string, a table with ``url`` and more, or
+    ``false``; ``extra`` adds listeners sharing the table's settings."""
 
     schemes: ClassVar[tuple[str, ...]] = STREAM_SCHEMES
     tls_schemes: ClassVar[tuple[str, ...]] = ("tls", "https")
@@ -89,6 +108,11 @@ class AcceptorConfig(Section):
     url: str = Field(description="Where to listen; port 0 picks a free port.")
     tls: TlsConfig | None = Field(
         default=None, description="TLS for this listener: {cert, key, ca?}."
+    )
+    extra: list[ExtraListener] = Field(
+        default_factory=list,
+        description="More listeners of this protocol ([[acceptors.<name>.extra]]: url, tls), "
+        "with this table's limits and settings.",
     )
 
     @model_validator(mode="before")
@@ -104,15 +128,33 @@ class AcceptorConfig(Section):
 
     @model_validator(mode="after")
     def _tls_scheme(self) -> AcceptorConfig:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
         if self.endpoint.scheme in self.tls_schemes and self.tls is None:
-            raise Problems(
-                [(("tls",), f"URL scheme {self.endpoint.scheme!r} needs a tls table {{cert, key}}")]
+            problems.append(
+                (("tls",), f"URL scheme {self.endpoint.scheme!r} needs a tls table {{cert, key}}")
             )
+        for i, more in enumerate(self.extra):
+            try:
+                ep = parse_url(more.url, self.schemes, path_allowed=True)
+            except ValueError as e:
+                problems.append((("extra", i, "url"), str(e)))
+                continue
+            if ep.scheme in self.tls_schemes and more.tls is None:
+                why = f"URL scheme {ep.scheme!r} needs a tls table {{cert, key}} of its own"
+                problems.append((("extra", i, "tls"), why))
+        if problems:
+            raise Problems(problems)
         return self
 
     @property
     def endpoint(self) -> Endpoint:
         return parse_url(self.url, self.schemes, path_allowed=True)
+
+    def listeners(self) -> list[tuple[Endpoint, TlsConfig | None]]:
+        """Where to listen, with which TLS: the main listener first, then the extras."""
+        out = [(self.endpoint, self.tls)]
+        out += [(parse_url(m.url, self.schemes, path_allowed=True), m.tls) for m in self.extra]
+        return out
 
 
 class StompAcceptor(AcceptorConfig):
@@ -421,6 +463,10 @@ class MqttAcceptor(AcceptorConfig):
     max_topic_aliases: int = Field(
         default=100, ge=0, le=65535, description="Topic aliases a v5 client may set up (0 = none)."
     )
+    send_topic_aliases: bool = Field(
+        default=True,
+        description="Alias the topics the node sends to v5 clients that accept aliases.",
+    )
     max_client_id: int = Field(
         default=256, ge=23, le=65535, description="Longest client id accepted (bytes)."
     )
@@ -456,11 +502,35 @@ class AcceptorsConfig(Section):
         }
         return {k: v for k, v in all_.items() if v.enabled}
 
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> AcceptorsConfig:
+        """Two enabled listeners may not share a port (on one host, or where either listens
+        on every address); port 0 is a free port each time."""
+        seen: list[tuple[str, int, tuple[str | int, ...]]] = []
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for name, acceptor in self.enabled().items():
+            for i, (ep, _) in enumerate(acceptor.listeners()):
+                loc: tuple[str | int, ...] = (
+                    (name, "url") if i == 0 else (name, "extra", i - 1, "url")
+                )
+                if ep.port == 0:
+                    continue
+                for host, port, other in seen:
+                    if port == ep.port and (host == ep.host or ANY_HOST & {host, ep.host}):
+                        where = format_loc(("acceptors", *other))
+                        problems.append((loc, f"port {ep.port} is already used by {where}"))
+                        break
+                seen.append((ep.host, ep.port, loc))
+        if problems:
+            raise Problems(problems)
+        return self
+
 
 __all__ = [
     "AcceptorConfig",
     "AcceptorsConfig",
     "AmqpAcceptor",
+    "ExtraListener",
     "HttpAcceptor",
     "MqttAcceptor",
     "RestConfig",

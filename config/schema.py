@@ -100,6 +100,13 @@ class EventLogConfig(Section):
         description="Events waiting for the writer thread (about 330 bytes each); past it "
         "new events are dropped, counted and warned about.",
     )
+    publish_address: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Also publish each event, live, as a JSON message to this address "
+        "(non-durable; for a STOMP client or a Spark streaming query).  Off by default; works "
+        "with the files on or off.  Events about this address are never published.",
+    )
 
     @model_validator(mode="after")
     def _limits(self) -> EventLogConfig:
@@ -147,6 +154,30 @@ class NodeConfig(Section):
         return self.data_dir / self.event_log.path
 
 
+# --- [logging] ------------------------------------------------------------------------------------
+
+LogLevel = Annotated[str, choice("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")]
+
+
+class LoggingConfig(Section):
+    """How the node logs (gateway/logs.py); applied at start and again on a reload."""
+
+    format: Annotated[Literal["text", "json"], choice("text", "json")] = Field(
+        default="text",
+        description="text (one readable line) or json (one object per line: time, level, "
+        "logger, message and any extra fields), for a log shipper.",
+    )
+    level: LogLevel | None = Field(
+        default=None,
+        description="Level of every logger not named in levels; node.log_level if unset.",
+    )
+    levels: dict[str, LogLevel] = Field(
+        default_factory=dict,
+        description='Per-logger levels, e.g. { "waystation.bridge" = "debug" }; a logger\'s '
+        "children follow it unless named too.",
+    )
+
+
 # --- the whole file ----------------------------------------------------------------------------
 
 
@@ -179,6 +210,9 @@ class Config(Section):
     )
     limits: LimitsConfig = Field(
         default_factory=LimitsConfig, description="What one client may hold in the core."
+    )
+    logging: LoggingConfig = Field(
+        default_factory=LoggingConfig, description="Log format and levels."
     )
 
     _source: str | None = PrivateAttr(default=None)
@@ -238,6 +272,7 @@ __all__ = [
     "EventLogConfig",
     "HttpAcceptor",
     "JournalConfig",
+    "LoggingConfig",
     "MqttAcceptor",
     "NodeConfig",
     "PermissionConfig",

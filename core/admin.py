@@ -117,12 +117,40 @@ class Admin:
         *,
         durable: bool = True,
         filter: str | None = None,
+        exclusive: bool = False,
+        max_consumers: int = -1,
     ) -> Queue:
         if routing not in (ANYCAST, MULTICAST):
             raise AdminError(f"routing must be {ANYCAST!r} or {MULTICAST!r}")
-        return self.engine.post.create_queue(
-            name, address or name, routing, durable=durable, filter=filter
+        return self.engine.create_queue(
+            name,
+            address or name,
+            routing=routing,
+            durable=durable,
+            filter=filter,
+            exclusive=exclusive,
+            max_consumers=max_consumers,
         )
+
+    def create_address(self, name: str, routing: str) -> dict[str, object]:
+        """An address with no queue yet (a topic, or an anycast address awaiting queues)."""
+        info = self.engine.post.ensure_address(name, routing)
+        if info.routing != routing:
+            raise AdminError(f"address {name!r} exists with routing {info.routing!r}")
+        return {"name": info.name, "routing": info.routing}
+
+    def delete_address(self, name: str) -> None:
+        """Forget an address no queue is bound to and no divert watches by name."""
+        post = self.engine.post
+        if name not in post.addresses:
+            raise AdminError(f"address {name!r} does not exist")
+        bound = sorted(q.name for q in post.queues.values() if q.address == name)
+        if bound:
+            raise ValueError(f"address {name!r} has queues {bound}: delete them first")
+        watching = sorted(d.name for d in post.diverts.values() if d.address == name)
+        if watching:
+            raise ValueError(f"address {name!r} is watched by diverts {watching}")
+        post.remove_address(name)
 
     def delete_queue(self, name: str) -> None:
         try:
@@ -217,6 +245,28 @@ class Admin:
         if ops:
             engine.persistence.write(ops, True)
         return Moved(len(refs))
+
+    # -- diverts --------------------------------------------------------------------------
+    def divert_info(self, name: str) -> dict[str, object]:
+        d = self.engine.post.diverts.get(name)
+        if d is None:
+            raise AdminError(f"divert {name!r} does not exist")
+        return {
+            "name": d.name,
+            "address": d.address,
+            "target": d.target,
+            "exclusive": d.exclusive,
+            "filter": d.filter.text if d.filter is not None else None,
+            "transformer": d.transformer is not None,
+        }
+
+    def diverts(self) -> list[dict[str, object]]:
+        return [self.divert_info(n) for n in sorted(self.engine.post.diverts)]
+
+    def delete_divert(self, name: str) -> None:
+        if name not in self.engine.post.diverts:
+            raise AdminError(f"divert {name!r} does not exist")
+        self.engine.remove_divert(name)
 
     # -- connections ----------------------------------------------------------------------
     def sessions(self) -> list[dict[str, object]]:

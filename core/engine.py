@@ -200,7 +200,7 @@ class Engine:
         used: set[int] = set()
         for rid, qid, mid, count in sorted(state.refs):
             q = post.by_id.get(qid)
-            msg = state.messages.get(mid)
+            msg = state.message(mid) if q is not None else None
             if q is None or msg is None:
                 what = "queue" if q is None else "message"
                 state.report.corrupt.append(f"reference {rid} points at a missing {what}; removed")
@@ -208,6 +208,7 @@ class Engine:
                 continue
             used.add(mid)
             q.add(MessageRef(msg, q, rid, count), dispatch=False)
+        state.release()  # every message placed (or paged): its journal files may move now
         for mid in state.messages.keys() - used:
             self.persistence.refcounts.pop(mid, None)
             cleanup.append(delete(mid))

@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgpack
 
 from waystation.core.message import Message
-from waystation.core.store.api import Journal, Op, RecoveryReport, delete, put
+from waystation.core.store.api import (
+    Journal,
+    Op,
+    Record,
+    RecoveryReport,
+    StoreError,
+    delete,
+    in_memory,
+    nothing,
+    put,
+)
 
 log = logging.getLogger("waystation.persistence")
 
@@ -70,8 +82,12 @@ class QueueRecord:
 
 @dataclass(slots=True)
 class RecoveredState:
+    """What the store held.  Messages stay undecoded (and large ones in their journal files)
+    until :meth:`message` places them, so a backlog far larger than memory can be paged
+    as it is loaded; :meth:`release` when done."""
+
     queues: list[QueueRecord] = field(default_factory=list)
-    messages: dict[int, Message] = field(default_factory=dict)
+    messages: dict[int, Record] = field(default_factory=dict)  # message id -> its record
     refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rid, qid, msg id, count)
     duplicates: list[tuple[int, str, str | bytes]] = field(
         default_factory=list
@@ -80,6 +96,35 @@ class RecoveredState:
     states: list[tuple[int, str, str, object]] = field(default_factory=list)  # (rid, scope, key, v)
     max_id: int = 0
     report: RecoveryReport = field(default_factory=RecoveryReport)
+    read: Callable[[Record], bytes] = in_memory
+    release: Callable[[], None] = nothing
+    # a message with several references, decoded once: [message, references still to place]
+    _shared: dict[int, list[Any]] = field(default_factory=dict)
+    _refs: dict[int, int] = field(default_factory=dict)  # references per message
+
+    def message(self, mid: int) -> Message | None:
+        """Message ``mid`` for one of its references (None: no such message, or it does
+        not decode, which is reported)."""
+        shared = self._shared.get(mid)
+        if shared is not None:
+            shared[1] -= 1
+            if shared[1] <= 0:
+                del self._shared[mid]
+            return shared[0]
+        r = self.messages.get(mid)
+        if r is None:
+            return None
+        try:
+            msg = Message.decode(self.read(r))
+        except StoreError:
+            raise
+        except Exception as e:  # reported, not loaded; its references are removed
+            self.report.corrupt.append(f"record {mid} (type {r.rtype}) does not decode: {e}")
+            return None
+        refs = self._refs.get(mid, 1)
+        if refs > 1:
+            self._shared[mid] = [msg, refs - 1]
+        return msg
 
 
 class Persistence:
@@ -159,7 +204,11 @@ class Persistence:
         records = rec.records
         if self.bindings is not self.journal:
             brec = self.bindings.open()
-            records = {**brec.records, **records}
+            try:  # small: read in now, so every record left on disk is the message journal's
+                bound = {rid: Record(r.rtype, brec.read(r)) for rid, r in brec.records.items()}
+            finally:
+                brec.release()
+            records = {**bound, **records}
             report = state.report
             report.files += brec.report.files
             report.batches += brec.report.batches
@@ -169,33 +218,40 @@ class Persistence:
                 report.torn_tail = f"{report.torn_tail}; " if report.torn_tail else ""
                 report.torn_tail += f"bindings: {brec.report.torn_tail}"
         max_id = 0
+        read = rec.read
         for rid, r in records.items():
             max_id = max(max_id, rid)
             try:
+                if r.rtype != RT_MESSAGE:
+                    data = read(r)  # what is not a message is small and read now
                 if r.rtype == RT_MESSAGE:
-                    state.messages[rid] = Message.decode(r.data)
+                    state.messages[rid] = r  # decoded when placed: see RecoveredState
                 elif r.rtype == RT_REF:
-                    ref = _unpack(r.data)
+                    ref = _unpack(data)
                     assert isinstance(ref, list) and len(ref) == 3
                     state.refs.append((rid, int(ref[0]), int(ref[1]), int(ref[2])))
                 elif r.rtype == RT_QUEUE:
-                    state.queues.append(QueueRecord.decode(rid, r.data))
+                    state.queues.append(QueueRecord.decode(rid, data))
                 elif r.rtype == RT_DUPLICATE:
-                    dup = _unpack(r.data)
+                    dup = _unpack(data)
                     assert isinstance(dup, list) and len(dup) == 2
                     state.duplicates.append((rid, str(dup[0]), dup[1]))
                 elif r.rtype == RT_RETAINED:
-                    state.retained.append((rid, Message.decode(r.data)))
+                    state.retained.append((rid, Message.decode(data)))
                 elif r.rtype == RT_STATE:
-                    st = _unpack(r.data)
+                    st = _unpack(data)
                     assert isinstance(st, list) and len(st) == 3
                     state.states.append((rid, str(st[0]), str(st[1]), st[2]))
                 else:
                     state.report.corrupt.append(f"record {rid}: unknown record type {r.rtype}")
+            except StoreError:
+                raise
             except Exception as e:  # a record that does not decode is reported, not loaded
                 state.report.corrupt.append(f"record {rid} (type {r.rtype}) does not decode: {e}")
         state.max_id = max_id
         for _, _, mid, _ in state.refs:
             if mid in state.messages:
                 self.refcounts[mid] = self.refcounts.get(mid, 0) + 1
+        state._refs = {mid: n for mid, n in self.refcounts.items() if n > 1}
+        state.read, state.release = rec.read, rec.release
         return state

@@ -275,6 +275,11 @@ class PostOffice:
             info = self.addresses[name] = AddressInfo(name, routing, auto_created)
         return info
 
+    def remove_address(self, name: str) -> None:
+        """Forget ``name`` (the caller checked that no queue or divert uses it)."""
+        self.addresses.pop(name, None)
+        self._route_cache.pop(name, None)
+
     def _ensure_anycast(self, name: str) -> Queue:
         q = self.queues.get(name)
         if q is None:
@@ -461,20 +466,26 @@ class PostOffice:
         if msg.trace_id is None:  # where the message first enters any node (DESIGN §8)
             msg.trace_id = f"{self.node_name}/{msg.id}"
         address = msg.address
+        remote: tuple[str, str] | None = None
         if "::" in address:
             node, local = split_remote(address)
             if node == self.node_name:
                 msg.address = address = local
             else:  # for another node: accepted here, then stored to forward
-                if self.events is not None and depth == 0:
-                    emit_message(self.events, ACCEPTED, msg, **(origin or {}))
-                return self._route_remote(msg, node or "", local, ops)
+                remote = (node or "", local)
+        # a client's repeat is caught by its full name (``node::address`` for another node)
         dup = msg.duplicate_id()
         if dup is not None and dup in self.dup_cache(address):
             log.debug("duplicate id %r on %s: message dropped", dup, address)
             emit_message(self.events, DROPPED, msg, reason=DUPLICATE)
             return False
         dup_op = self._duplicate_op(dup, address) if dup is not None else None
+        if remote is not None:
+            if self.events is not None and depth == 0:
+                emit_message(self.events, ACCEPTED, msg, **(origin or {}))
+            sync = self._route_remote(msg, remote[0], remote[1], ops)
+            self._remember(dup, dup_op, address, ops)
+            return sync
         repo = self.repo
         if repo.has_expiry_delays() or repo.has_size_limits():  # skipped in the common case
             s = self.settings(address)

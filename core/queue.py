@@ -68,6 +68,48 @@ class QueueContext(Protocol):
 
 
 class Queue:
+    # slots: a queue per subscriber (MQTT, STOMP topics) makes this the per-connection cost;
+    # past 30 attributes an instance __dict__ also stops sharing its keys
+    __slots__ = (
+        "__weakref__",
+        "_again",
+        "_count",
+        "_dispatch_scheduled",
+        "_dispatching",
+        "_groups",
+        "_levels",
+        "_lvq",
+        "_paging_enabled",
+        "_rr",
+        "_simple",
+        "_spill",
+        "_timer_handle",
+        "_timer_seq",
+        "_timers",
+        "address",
+        "auto_created",
+        "consumers",
+        "ctx",
+        "deleted",
+        "durable",
+        "exclusive",
+        "filter",
+        "id",
+        "max_consumers",
+        "messages_acked",
+        "messages_added",
+        "messages_dead_lettered",
+        "messages_expired",
+        "name",
+        "owner",
+        "paused",
+        "routing",
+        "settings",
+        "subscriber",
+        "temporary",
+        "usage",
+    )
+
     def __init__(
         self,
         ctx: QueueContext,
@@ -100,8 +142,9 @@ class Queue:
         self.settings = ctx.settings(address)
         self._paging_enabled = self._pages(self.settings)
         self.usage = ctx.usage(address)
-        self._levels: list[deque[MessageRef]] = [deque() for _ in range(10)]
-        self._by_priority = self._levels[::-1]
+        # one FIFO per priority, highest first (index 9 - priority); a level is made when a
+        # message of its priority first arrives (an idle queue holds ten Nones, not ten deques)
+        self._levels: list[deque[MessageRef] | None] = [None] * 10
         self._count = 0
         self._timers: list[tuple[int, int, MessageRef]] = []
         self._timer_seq = itertools.count()
@@ -172,7 +215,10 @@ class Queue:
         if not front and (self._spill is not None or self._over_limit()):
             self._spill_ref(ref)
             return
-        level = self._levels[min(9, max(0, ref.message.priority))]
+        i = 9 - min(9, max(0, ref.message.priority))  # (inline: the hot path)
+        level = self._levels[i]
+        if level is None:
+            level = self._levels[i] = deque()
         if front:
             level.appendleft(ref)
         else:
@@ -180,11 +226,21 @@ class Queue:
         self._count += 1
         self.usage.memory_bytes += ref.message.size()
 
+    def _level(self, priority: int) -> deque[MessageRef]:
+        """The FIFO of ``priority`` (clamped to 0..9), made on first use."""
+        i = 9 - min(9, max(0, priority))
+        level = self._levels[i]
+        if level is None:
+            level = self._levels[i] = deque()
+        return level
+
     def _over_limit(self) -> bool:
         return self._paging_enabled and self.usage.memory_bytes >= self.settings.max_size_bytes
 
     def _remove(self, ref: MessageRef) -> bool:
-        level = self._levels[min(9, max(0, ref.message.priority))]
+        level = self._levels[9 - min(9, max(0, ref.message.priority))]
+        if level is None:
+            return False
         try:
             level.remove(ref)
         except ValueError:
@@ -222,8 +278,7 @@ class Queue:
             return
         for blob in spill.read(DEPAGE_BATCH, max(room, 1)):
             ref = self._unspill(blob)
-            level = self._levels[min(9, max(0, ref.message.priority))]
-            level.append(ref)
+            self._level(ref.message.priority).append(ref)
             self._count += 1
             self.usage.memory_bytes += ref.message.size()
         if not len(spill):
@@ -322,7 +377,7 @@ class Queue:
             self._dispatching = False
 
     def _next_ref(self) -> MessageRef | None:
-        for level in self._by_priority:
+        for level in self._levels:
             if level:
                 self._count -= 1
                 return level.popleft()
@@ -361,7 +416,7 @@ class Queue:
                 continue
             if msg.group() is not None:
                 # groups appear: put it back and switch to the selective path
-                self._levels[min(9, max(0, msg.priority))].appendleft(ref)
+                self._level(msg.priority).appendleft(ref)
                 self._count += 1
                 self.usage.memory_bytes += msg.size()
                 self._rr -= 1
@@ -376,7 +431,7 @@ class Queue:
     def _dispatch_selective(self) -> None:
         """Slow path: consumer filters, message groups or last-value keys in play."""
         now = now_ms()
-        for level in self._by_priority:
+        for level in self._levels:
             if not level:
                 continue
             keep: deque[MessageRef] = deque()
@@ -478,7 +533,9 @@ class Queue:
         """Remove and return the waiting references (memory part, delivery order) whose
         message ``pick`` accepts, ``limit`` at most (-1: all): the operator's delete and move."""
         found: list[MessageRef] = []
-        for level in self._by_priority:
+        for level in self._levels:
+            if not level:
+                continue
             for ref in list(level):
                 if pick(ref.message) and self._remove(ref):
                     found.append(ref)
@@ -507,7 +564,7 @@ class Queue:
     def expire_scan(self, now: int) -> int:
         """Remove expired messages waiting in memory; returns how many."""
         n = 0
-        for level in self._levels:
+        for level in reversed(self._levels):  # lowest priority first, as always
             if not level:
                 continue
             expired = [r for r in level if r.message.expiration and r.message.expiration <= now]
@@ -521,7 +578,9 @@ class Queue:
 
     def browse(self, filter: Filter | None = None) -> Iterator[Message]:
         """The waiting messages in delivery order, without removing them (memory part only)."""
-        for level in list(self._by_priority):
+        for level in list(self._levels):
+            if not level:
+                continue
             for ref in list(level):
                 if filter is None or filter.matches(ref.message):
                     yield ref.message
@@ -529,9 +588,10 @@ class Queue:
     def drain_all(self) -> list[MessageRef]:
         """Take every waiting reference out (queue deletion, purge)."""
         refs: list[MessageRef] = []
-        for level in self._levels:
-            refs.extend(level)
-            level.clear()
+        for level in reversed(self._levels):  # lowest priority first, as always
+            if level:
+                refs.extend(level)
+                level.clear()
         for ref in refs:
             self._released(ref)
         self._count = 0

@@ -143,7 +143,7 @@ def show_bridges(data: dict[str, Any]) -> None:
         [
             b.get("name"),
             b.get("remote_node") or b.get("foreign") or "",
-            b.get("state"),
+            "paused" if b.get("paused") else b.get("state"),
             b.get("url") or "",
             b.get("waiting"),
             b.get("in_flight"),
@@ -157,6 +157,22 @@ def show_bridges(data: dict[str, Any]) -> None:
     _table("Bridges", [*cols, "last error"], rows)
 
 
+def show_bridge(data: dict[str, Any]) -> None:
+    show_bridges({"bridges": [data]})
+
+
+def show_diverts(data: dict[str, Any]) -> None:
+    rows = [
+        [d["name"], d["address"], d["target"], d["filter"] or "", "yes" if d["exclusive"] else ""]
+        for d in data["diverts"]
+    ]
+    _table("Diverts", ["divert", "address", "target", "filter", "exclusive"], rows)
+
+
+def show_changes(data: dict[str, Any]) -> None:
+    print("\n".join(data["changes"]) or "nothing changed")
+
+
 def show_result(data: dict[str, Any]) -> None:
     print(", ".join(f"{k}: {v}" for k, v in data.items()))
 
@@ -166,35 +182,63 @@ def _q(name: str) -> str:
     return urllib.parse.quote(name, safe="")
 
 
-def cmd_admin(args: argparse.Namespace) -> int:
+def _call(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The API call a command makes: its answer, and how to show it."""
     what = args.what
+    if what == "queues":
+        return request(args, "GET", "/queues"), show_queues
+    if what == "browse":
+        query = urllib.parse.urlencode(
+            {k: v for k, v in (("limit", args.limit), ("offset", args.offset),
+                               ("selector", args.selector)) if v is not None}
+        )  # fmt: skip
+        return request(args, "GET", f"/queues/{_q(args.queue)}/messages?{query}"), show_messages
+    if what == "purge":
+        return request(args, "DELETE", f"/queues/{_q(args.queue)}/messages"), show_result
+    if what == "retry":
+        body = {"ids": args.id} if args.id else {}
+        return request(args, "POST", f"/queues/{_q(args.queue)}/retry", body), show_result
+    if what == "move":
+        body = {"target": args.target, **({"ids": args.id} if args.id else {})}
+        return request(args, "POST", f"/queues/{_q(args.queue)}/move", body), show_result
+    if what == "connections" and args.close:
+        return request(args, "DELETE", f"/connections/{_q(args.close)}"), show_result
+    if what == "connections":
+        return request(args, "GET", "/connections"), show_connections
+    if what == "bridges" and (args.pause or args.resume):
+        verb, name = ("pause", args.pause) if args.pause else ("resume", args.resume)
+        return request(args, "POST", f"/bridges/{_q(name)}/{verb}"), show_bridge
+    if what == "bridges":
+        return request(args, "GET", "/bridges"), show_bridges
+    if what == "diverts":
+        return request(args, "GET", "/diverts"), show_diverts
+    if what == "create":
+        return request(args, "POST", PLURAL[args.kind], _create_body(args)), show_result
+    if what == "delete":
+        return request(args, "DELETE", f"{PLURAL[args.kind]}/{_q(args.name)}"), show_result
+    return request(args, "POST", "/reload"), show_changes
+
+
+PLURAL = {"queue": "/queues", "address": "/addresses", "divert": "/diverts"}
+
+
+def _create_body(args: argparse.Namespace) -> dict[str, object]:
+    """The JSON of ``create queue|address|divert``: only what was given (the node's
+    defaults apply to the rest, as in the config file)."""
+    body: dict[str, object] = {"name": args.name}
+    for key in ("address", "target", "routing", "filter"):
+        if getattr(args, key, None) is not None:
+            body[key] = getattr(args, key)
+    if getattr(args, "non_durable", False):
+        body["durable"] = False
+    if getattr(args, "exclusive", False):
+        body["exclusive"] = True
+    return body
+
+
+def cmd_admin(args: argparse.Namespace) -> int:
     try:
-        if what == "queues":
-            data, show = request(args, "GET", "/queues"), show_queues
-        elif what == "browse":
-            query = urllib.parse.urlencode(
-                {k: v for k, v in (("limit", args.limit), ("offset", args.offset),
-                                   ("selector", args.selector)) if v is not None}
-            )  # fmt: skip
-            data, show = (
-                request(args, "GET", f"/queues/{_q(args.queue)}/messages?{query}"),
-                show_messages,
-            )
-        elif what == "purge":
-            data, show = request(args, "DELETE", f"/queues/{_q(args.queue)}/messages"), show_result
-        elif what == "retry":
-            body = {"ids": args.id} if args.id else {}
-            data, show = request(args, "POST", f"/queues/{_q(args.queue)}/retry", body), show_result
-        elif what == "move":
-            body = {"target": args.target, **({"ids": args.id} if args.id else {})}
-            data, show = request(args, "POST", f"/queues/{_q(args.queue)}/move", body), show_result
-        elif what == "connections" and args.close:
-            path = f"/connections/{_q(args.close)}"
-            data, show = request(args, "DELETE", path), show_result
-        elif what == "connections":
-            data, show = request(args, "GET", "/connections"), show_connections
-        else:
-            data, show = request(args, "GET", "/bridges"), show_bridges
+        data, show = _call(args)
     except ApiError as e:
         print(f"waystation admin: {e.status or 'error'}: {e}", file=sys.stderr)
         return 3 if e.status == 0 else 1
@@ -231,6 +275,31 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_create_delete(what: Any) -> None:
+    """``create queue|address|divert`` and ``delete ...``: run-time changes, checked as the
+    config file is, kept until the node restarts (durable queues survive that too)."""
+    create = what.add_parser("create", help="create a queue, address or divert at run time")
+    kinds = create.add_subparsers(dest="kind", required=True)
+    q = kinds.add_parser("queue", help="a queue (anycast by default, durable by default)")
+    q.add_argument("name")
+    q.add_argument("--address", help="the address it is bound to (default: its name)")
+    q.add_argument("--routing", choices=("anycast", "multicast"))
+    q.add_argument("--filter", help="only messages matching this selector")
+    q.add_argument("--non-durable", action="store_true", help="gone at the next restart")
+    a = kinds.add_parser("address", help="an address with no queue yet (a topic)")
+    a.add_argument("name")
+    a.add_argument("--routing", choices=("anycast", "multicast"), help="default multicast")
+    d = kinds.add_parser("divert", help="copy (or move) what arrives at an address elsewhere")
+    d.add_argument("name")
+    d.add_argument("address", help="source address or pattern")
+    d.add_argument("target", help="local address or node::address")
+    d.add_argument("--filter", help="only messages matching this selector")
+    d.add_argument("--exclusive", action="store_true", help="move instead of copy")
+    delete = what.add_parser("delete", help="delete a queue, address or divert")
+    delete.add_argument("kind", choices=("queue", "address", "divert"))
+    delete.add_argument("name")
+
+
 def add_parser(subparsers: Any) -> None:
     """Register ``admin`` and ``hash-password`` on the ``waystation`` command."""
     env = os.environ
@@ -260,7 +329,13 @@ def add_parser(subparsers: Any) -> None:
     m.add_argument("--id", type=int, action="append", help="only this message (repeatable)")
     c = what.add_parser("connections", help="open connections (or close one)")
     c.add_argument("--close", metavar="ID", help="close the connection with this id")
-    what.add_parser("bridges", help="bridges and their link state")
+    br = what.add_parser("bridges", help="bridges and their link state (or pause/resume one)")
+    one = br.add_mutually_exclusive_group()
+    one.add_argument("--pause", metavar="NAME", help="stop forwarding on this bridge")
+    one.add_argument("--resume", metavar="NAME", help="forward again on this bridge")
+    what.add_parser("diverts", help="the diverts in force (from the file and made at run time)")
+    what.add_parser("reload", help="read the node's config file again and apply what changed")
+    _add_create_delete(what)
     a.set_defaults(func=cmd_admin)
     h = subparsers.add_parser(
         "hash-password", help="print a password_hash for [[users]] (reads a pipe or prompts)"

@@ -1,4 +1,5 @@
-"""The ``waystation`` command: run a node, check a config file, print the version."""
+"""The ``waystation`` command: run a node, check a config file, run a relay, print the
+version."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import logging
 import signal
 import sys
 from importlib import metadata
+
+from waystation.gateway.logs import TEXT_FORMAT
+from waystation.gateway.logs import configure as configure_logging
 
 log = logging.getLogger("waystation")
 
@@ -23,7 +27,7 @@ def version() -> str:
 def _setup_logging(level: str) -> None:
     logging.basicConfig(
         level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        format=TEXT_FORMAT,
         stream=sys.stderr,
     )
 
@@ -83,7 +87,7 @@ async def _reload(node) -> None:  # noqa: ANN001 - a gateway.node.Node
 
 def cmd_run(args: argparse.Namespace) -> int:
     cfg = _load(args.config)
-    _setup_logging(args.log_level or cfg.node.log_level)
+    configure_logging(cfg, args.log_level, args.log_format)
     if args.config is None:
         log.info("no config file given: embedded defaults (data in %s)", cfg.node.data_dir)
     for advice in cfg.warnings():
@@ -108,6 +112,64 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_relay(args: argparse.Namespace) -> int:
+    """Run one relay (client/relay.py) until SIGTERM or SIGINT."""
+    from waystation.client.relay import RelayError, RelaySpec, serve
+
+    _setup_logging(args.log_level)
+    try:
+        spec = RelaySpec.parse(
+            args.listen, args.to, args.protocol, args.via, args.proxy, args.ca, args.retry_for
+        )
+    except RelayError as e:
+        print(f"waystation relay: {e}", file=sys.stderr)
+        return 2
+
+    async def go() -> int:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, stop.set)
+        try:
+            await serve([spec], stop)
+        except OSError as e:  # the listen port in use
+            print(f"waystation relay: cannot listen: {e}", file=sys.stderr)
+            return 1
+        return 0
+
+    return asyncio.run(go())
+
+
+def _add_relay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    r = sub.add_parser(
+        "relay",
+        help="carry local STOMP/MQTT/AMQP clients to a remote node through a proxy",
+        description="Listen locally and carry each client's byte stream to a remote node "
+        "through the HTTP tunnel, a WebSocket or CONNECT (docs/relay.md).",
+    )
+    r.add_argument("--listen", required=True, help="local host:port, e.g. 127.0.0.1:61613")
+    r.add_argument(
+        "--to",
+        required=True,
+        help="remote node: http(s)://host:port (tunnel, ws) or tcp|tls://host:port (connect)",
+    )
+    r.add_argument("--protocol", default="stomp", choices=("stomp", "mqtt", "amqp"))
+    r.add_argument(
+        "--via", choices=("tunnel", "ws", "connect"), help="default: from the --to scheme"
+    )
+    r.add_argument("--proxy", help="http://[user:password@]host:port")
+    r.add_argument("--ca", help="PEM bundle to verify an https/wss/tls remote")
+    r.add_argument(
+        "--retry-for",
+        type=float,
+        default=30.0,
+        help="tunnel: seconds the proxy or node may be unreachable before a client is cut",
+    )
+    r.add_argument("--log-level", default="info")
+    r.set_defaults(func=cmd_relay)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="waystation", description="Waystation protocol gateway and bridge node."
@@ -117,10 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="run a node (embedded defaults without CONFIG)")
     r.add_argument("config", nargs="?", help="TOML config file")
     r.add_argument("--log-level", help="override node.log_level")
+    r.add_argument("--log-format", choices=("text", "json"), help="override [logging] format")
     r.set_defaults(func=cmd_run)
     c = sub.add_parser("check-config", help="validate a config file without starting")
     c.add_argument("config", help="TOML config file")
     c.set_defaults(func=cmd_check_config)
+    _add_relay(sub)
     from waystation.gateway.admin_cli import add_parser as add_admin_commands
 
     add_admin_commands(sub)  # admin ..., hash-password

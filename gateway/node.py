@@ -14,10 +14,11 @@ from waystation.bridges.manager import BridgeManager
 from waystation.core.authentication import Authenticator, authenticator, install_authenticator
 from waystation.core.divert import DivertError
 from waystation.core.engine import Engine
+from waystation.core.event_feed import EventFeed
 from waystation.core.eventlog import EventLog, EventLogError
 from waystation.core.events import EventSink
 from waystation.core.store.api import Journal
-from waystation.core.store.journal import FileJournal
+from waystation.core.store.journal import LEAVE_ON_DISK_OVER, FileJournal
 from waystation.gateway.adapters import ADAPTERS
 from waystation.gateway.admission import login_policy
 from waystation.gateway.core_config import engine_config, security_manager
@@ -49,6 +50,11 @@ def server_tls(tls: Any) -> ssl.SSLContext | None:
     return ctx
 
 
+def listener_label(protocol: str, index: int) -> str:
+    """``stomp`` for a protocol's main listener, ``stomp.1``... for its extras."""
+    return protocol if index == 0 else f"{protocol}.{index}"
+
+
 def opener(adapter: ProtocolAdapter, engine: Engine, acceptor: Any) -> SessionOpener:
     """How a listener of ``adapter`` opens a session for a new connection."""
     return lambda link: adapter.new_session(engine, link, acceptor)
@@ -70,6 +76,7 @@ class Node:
                 sync=j.sync,
                 compact_min_files=j.compact_min_files,
                 compact_percentage=j.compact_percentage,
+                leave_on_disk_over=LEAVE_ON_DISK_OVER,
             )
             # queue definitions live long: their own small journal keeps them from pinning
             # message journal files
@@ -91,6 +98,9 @@ class Node:
                 )
             except EventLogError as e:
                 raise NodeError(f"node.event_log: {e}") from None
+        self.event_feed: EventFeed | None = None
+        if ev.publish_address:  # live events; the files stay as configured
+            events = self.event_feed = EventFeed(ev.publish_address, cfg.node.name, events)
         self.engine = Engine(
             ecfg, journal, events=events, security=security_manager(cfg), bindings=bindings
         )
@@ -103,12 +113,15 @@ class Node:
         except DivertError as e:  # a transformer that cannot be loaded
             raise NodeError(f"bridges: {e}") from None
         self.servers: list[Any] = []
+        self.labels: list[str] = []  # each server's name in ports(): "stomp", "stomp.1"...
         self.accepting = False  # started and not stopping: GET /ready
         self.stopped = asyncio.Event()
 
     async def start(self) -> None:
         t0 = time.monotonic()
         await self.engine.start()
+        if self.event_feed is not None:
+            self.event_feed.attach(self.engine)
         for adapter in ADAPTERS.values():
             if adapter.on_start is not None:
                 adapter.on_start(self.engine)
@@ -119,20 +132,20 @@ class Node:
             acceptor = getattr(acc, name)
             if not acceptor.enabled:
                 continue
-            ep = acceptor.endpoint
-            server = StreamServer(
-                name,
-                sessions[name],
-                ep.host,
-                ep.port,
-                server_tls(acceptor.tls),
-                ListenerLimits.of(acceptor),
-                adapter.refusal,
-            )
-            await server.start()
-            self.servers.append(server)
+            for i, (ep, tls) in enumerate(acceptor.listeners()):
+                server = StreamServer(
+                    name,
+                    sessions[name],
+                    ep.host,
+                    ep.port,
+                    server_tls(tls),
+                    ListenerLimits.of(acceptor),
+                    adapter.refusal,
+                )
+                await server.start()
+                self.servers.append(server)
+                self.labels.append(listener_label(name, i))
         if acc.http.enabled:
-            ep = acc.http.endpoint
             ctx = HttpContext(
                 engine,
                 acc.http,
@@ -143,10 +156,16 @@ class Node:
                 ready=lambda: self.accepting,
                 bridges=self.bridge_status,
                 reload=self.reload,
+                bridge_control=self.bridges,
             )
-            http = HttpServer(ctx, ep.host, ep.port, server_tls(acc.http.tls))
+            (ep, tls), *extra = acc.http.listeners()
+            http = HttpServer(ctx, ep.host, ep.port, server_tls(tls))
             await http.start()
             self.servers.append(http)
+            self.labels.append("http")
+            for i, (ep, tls) in enumerate(extra, 1):  # one app (REST state, pushes), more ports
+                self.servers.append(await http.add_site(ep.host, ep.port, server_tls(tls)))
+                self.labels.append(listener_label("http", i))
         for name in ("amqp", "mqtt"):
             if name not in ADAPTERS and getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
@@ -164,10 +183,8 @@ class Node:
         return changes
 
     def ports(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for s in self.servers:
-            out["http" if isinstance(s, HttpServer) else s.name] = s.bound_port()
-        return out
+        """Bound ports by listener: ``stomp``, ``http``..., extras as ``stomp.1``..."""
+        return {label: s.bound_port() for label, s in zip(self.labels, self.servers, strict=True)}
 
     def bridge_status(self) -> list[dict[str, object]]:
         """Each bridge's link state and counters (see ``CoreBridge.status``)."""

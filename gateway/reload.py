@@ -6,8 +6,9 @@ Applied live: users, roles and permissions (new logins and checks use them; a co
 keeps the roles it logged in with), address settings (every queue takes them up), queues
 and topics added, diverts added, removed or changed, bridges added, removed or changed
 (a changed bridge is stopped and started again; what it had not forwarded waits in its
-store-and-forward queue).  Not applied, logged as needing a restart: listeners, the node
-table, limits and the event log.  Queues removed from the file are kept (they may hold
+store-and-forward queue), the ``[logging]`` table and ``node.log_level``.  Not applied,
+logged as needing a restart: listeners, the rest of the node table, limits and the event
+log.  Queues removed from the file are kept (they may hold
 messages): delete them with the admin API.
 """
 
@@ -21,6 +22,7 @@ from waystation.core.authentication import Authenticator, install_authenticator
 from waystation.core.divert import DivertError
 from waystation.core.engine import QueueSpec
 from waystation.core.queue import MULTICAST
+from waystation.gateway import logs
 from waystation.gateway.admission import login_policy
 from waystation.gateway.core_config import engine_config, security_manager
 
@@ -55,6 +57,9 @@ async def reload(node: Node, path: str | None) -> list[str]:
             engine, Authenticator(engine.security, login_policy(new.security.login))
         )
         done.append(f"security: {len(new.users)} users, {len(new.permissions)} permission rules")
+    if (old.logging, old.node.log_level) != (new.logging, new.node.log_level):
+        logs.configure(new)  # first: what follows is logged the new way
+        done.append(logs.describe(new))
     if old.address_settings != new.address_settings:
         engine.replace_address_settings(new.engine_address_settings())
         done.append("address settings replaced")

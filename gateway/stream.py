@@ -100,6 +100,13 @@ class StreamProtocol(asyncio.Protocol):
         if self.session is not None:
             self.session.data_received(data)
 
+    def logged_in(self) -> None:
+        """The session completed its login: the connect deadline (and what its timer keeps
+        alive) is no longer needed."""
+        if self._connect_timer is not None:
+            self._connect_timer.cancel()
+            self._connect_timer = None
+
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
         if self._connect_timer is not None:

@@ -4,8 +4,9 @@ a Spark batch source and sink, through the node's REST API (Python Data Source A
 Read: one pull consumer (``POST /queues/{q}/pull-consumers``) drained with
 ``consume-next`` until the queue stays empty for ``wait`` seconds or ``max`` messages came.
 The consumer is auto-acknowledging: a message is gone from the queue once read, so a failed
-Spark task loses what it had read (at most once).  Acknowledgement tied to Spark's commit
-(and streaming) is not built yet.
+Spark task loses what it had read (at most once).  Streaming (``readStream``/``writeStream``, acknowledgements tied to Spark's
+commits) goes over STOMP instead: :mod:`waystation.pipeline.stream`; a ``port`` option (the
+STOMP acceptor's) selects it and its schema.
 
 Write: each row is one ``POST /queues/{q}/create`` (``body``; ``properties`` become HTTP
 headers, hence string properties on the message; ``durable`` per the ``durable`` option).
@@ -32,11 +33,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     DataSourceWriter,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
+
+from waystation.pipeline.stream import STREAM_SCHEMA, QueueStreamReader, QueueStreamWriter
 
 SCHEMA = "body BINARY, content_type STRING, headers MAP<STRING, STRING>"
 #: Response headers that are the protocol's, not the message's.
@@ -68,14 +73,15 @@ def _request(
 class WaystationDataSource(DataSource):
     """Options: ``url`` (the node's HTTP base URL), ``queue``; read: ``wait`` (seconds the
     queue must stay empty to end the read, default 1), ``max`` (messages, default no limit);
-    write: ``durable`` (true); both: ``user``, ``password``."""
+    write: ``durable`` (true); both: ``user``, ``password``.  Streaming: ``port`` (STOMP) and
+    the options in :mod:`waystation.pipeline.stream`."""
 
     @classmethod
     def name(cls) -> str:
         return "waystation"
 
     def schema(self) -> str:
-        return SCHEMA
+        return STREAM_SCHEMA if self.options.get("port") else SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return QueueReader(dict(self.options))
@@ -84,6 +90,16 @@ class WaystationDataSource(DataSource):
         if overwrite:
             raise ValueError("a queue cannot be overwritten: use mode('append')")
         return QueueWriter(dict(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if not self.options.get("port"):
+            raise ValueError("a streaming read needs option 'port' (the node's STOMP port)")
+        return QueueStreamReader(dict(self.options))
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        if not self.options.get("port"):
+            raise ValueError("a streaming write needs option 'port' (the node's STOMP port)")
+        return QueueStreamWriter(dict(self.options), schema)
 
 
 def _base(options: dict[str, str]) -> str:

@@ -47,7 +47,7 @@ from waystation.wire.mqtt_types import (
     Unsubscribe,
 )
 
-__all__ = ["CONNACK_TO_311", "encode"]
+__all__ = ["CONNACK_TO_311", "encode", "publish_qos0"]
 
 _HDR = [bytes((b,)) for b in range(256)]
 _NO_PROPS = b"\x00"
@@ -96,6 +96,16 @@ def _publish(p: Publish, v: int) -> bytes:
         head += encode_properties(props, PUBLISH) if props else _NO_PROPS
     payload = p.payload
     return _HDR[b1] + encode_vbi(len(head) + len(payload)) + head + payload
+
+
+def publish_qos0(topic: str, payload: bytes) -> bytes:
+    """``encode(Publish(topic, payload), MQTT_311)`` without the packet object: the bytes of
+    the commonest delivery (QoS 0, no flags, no properties), on the fan-out hot path."""
+    head = _TOPICS.get(topic)
+    if head is None:
+        head = _topic(topic)
+    n = len(head) + len(payload)
+    return b"\x30" + (_HDR[n] if n < 128 else encode_vbi(n)) + head + payload
 
 
 def _connect(p: Connect, v: int) -> bytes:

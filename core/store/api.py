@@ -10,7 +10,7 @@ fsync (group commit), done off the event loop.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -35,8 +35,25 @@ def delete(rid: int) -> Op:
 
 @dataclass(frozen=True, slots=True)
 class Record:
+    """A live record.  A large one recovered from a journal file may be left on disk
+    (``size`` > 0: its data is ``size`` bytes at ``offset`` in file ``seq``), so a restart
+    with a backlog far larger than memory does not read it all in at once: see
+    :attr:`Recovered.read`."""
+
     rtype: int
     data: bytes
+    seq: int = 0
+    offset: int = 0
+    size: int = 0
+
+
+def in_memory(record: Record) -> bytes:
+    """A record's data when it was never left on disk (journals that keep nothing there)."""
+    return record.data
+
+
+def nothing() -> None:
+    return None
 
 
 @dataclass(slots=True)
@@ -58,6 +75,10 @@ class RecoveryReport:
 class Recovered:
     records: dict[int, Record]  # live records in the order they were first put
     report: RecoveryReport
+    # a record's data, read from its file when recovery left it there; valid until
+    # ``release`` and before the first write (a compaction may move records)
+    read: Callable[[Record], bytes] = in_memory
+    release: Callable[[], None] = nothing
 
 
 class StoreError(Exception):

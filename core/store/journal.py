@@ -27,6 +27,7 @@ from pathlib import Path
 from waystation.core.store.api import PUT, Op, Recovered, StoreError
 from waystation.core.store.files import Layout
 from waystation.core.store.index import FileInfo, LiveIndex
+from waystation.core.store.reader import RecordReader
 from waystation.core.store.recovery import recover
 from waystation.core.store.segment import (
     BATCH_HDR,
@@ -39,9 +40,13 @@ from waystation.core.store.segment import (
     encode_ops,
     pack_file_header,
 )
+from waystation.core.store.timing import Snapshot
 from waystation.core.store.writer import Compact, Data, Free, NewFile, Outcome, Writer
 
 MiB = 1 << 20
+# the engine's message journal: records larger than this stay in their files at recovery
+# until the engine places them (a backlog larger than memory pages as it loads)
+LEAVE_ON_DISK_OVER = 256
 _put_pack = OP_PUT.pack
 _hdr_pack = BATCH_HDR.pack
 _lenseq_pack = LEN_SEQ.pack
@@ -69,11 +74,14 @@ class FileJournal:
         compact_percentage: int = 30,
         prefix: str = "journal",
         ext: str = "wsj",
+        leave_on_disk_over: int = -1,
     ) -> None:
         if file_size < HEADER_SIZE + 2 * _HDR_SIZE + 64:
             raise ValueError(f"file_size {file_size} is too small")
         self._layout = Layout(Path(directory), prefix, ext)
         self._file_size = file_size
+        # recovery leaves records larger than this in their files (Recovered.read); -1: none
+        self._leave_over = leave_on_disk_over
         self._min_files = max(1, min_files)
         self._sync = sync
         self._compact_min_files = compact_min_files
@@ -118,7 +126,7 @@ class FileJournal:
             raise
 
     def _open(self) -> Recovered:
-        st = recover(self._layout, self._file_size)
+        st = recover(self._layout, self._file_size, self._leave_over)
         self._index = st.index
         self._infos = deque(st.infos)
         self._next_seq = st.next_seq
@@ -136,7 +144,8 @@ class FileJournal:
         self._w = Writer(
             self._layout, self._file_size, self._sync, spares, next_free, current, self._done
         )
-        return Recovered(st.records, st.report)
+        reader = RecordReader(self._layout)
+        return Recovered(st.records, st.report, reader.read, reader.close)
 
     def write(self, ops: Sequence[Op], sync: bool) -> asyncio.Future[None] | None:
         w = self._w
@@ -252,6 +261,13 @@ class FileJournal:
             "live_records": len(self._index),
             "compactions": self._compactions,
         }
+
+    def timings(self) -> dict[str, Snapshot]:
+        """Bucketed fsync durations (seconds) and group-commit sizes (writes), for metrics."""
+        w = self._w
+        if w is None:
+            return {}
+        return {"sync_seconds": w.sync_times.snapshot(), "group_writes": w.group_sizes.snapshot()}
 
     # ---- placement, reclaim, compaction (event loop thread, holding w.lock)
     def _spare_target(self) -> int:

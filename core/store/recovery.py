@@ -19,6 +19,7 @@ from waystation.core.store.segment import (
     BATCH_HDR,
     HEADER_SIZE,
     KIND_DATA,
+    OP_DEL,
     OP_PUT,
     FileHeader,
     Scan,
@@ -51,8 +52,11 @@ def replay_file(
     records: dict[int, Record],
     index: LiveIndex | None = None,
     fi: FileInfo | None = None,
+    leave_over: int = -1,
 ) -> tuple[Scan, int]:
-    """Apply the valid batches of one file; returns the scan and how many batches applied."""
+    """Apply the valid batches of one file; returns the scan and how many batches applied.
+    Records larger than ``leave_over`` bytes (>= 0) are left on disk: only where they are
+    is kept (:class:`Record`), so recovery holds no more than one file's bytes at a time."""
     found = scan(buf, seq)
     view = memoryview(buf)
     applied = 0
@@ -66,12 +70,20 @@ def replay_file(
         applied += 1
         if fi is not None:
             fi.used += end - start + BATCH_HDR.size
+        pos = start  # where the next op starts in the file
         for kind, rid, rtype, data in ops:
             if kind == PUT:
-                records[rid] = Record(rtype, data)
+                n = len(data)
+                pos += OP_PUT.size
+                if 0 <= leave_over < n:
+                    records[rid] = Record(rtype, b"", seq, pos, n)
+                else:
+                    records[rid] = Record(rtype, data)
+                pos += n
                 if index is not None and fi is not None:
-                    index.put(rid, OP_PUT.size + len(data), fi)
+                    index.put(rid, OP_PUT.size + n, fi)
             else:
+                pos += OP_DEL.size
                 records.pop(rid, None)
                 if index is not None:
                     index.delete(rid)
@@ -112,7 +124,7 @@ def _read_header(path: Path) -> FileHeader | None:
         return unpack_file_header(f.read(HEADER_SIZE))
 
 
-def recover(layout: Layout, file_size: int) -> State:
+def recover(layout: Layout, file_size: int, leave_over: int = -1) -> State:
     layout.directory.mkdir(parents=True, exist_ok=True)
     for tmp in layout.tmp_files():
         tmp.unlink()
@@ -153,16 +165,16 @@ def recover(layout: Layout, file_size: int) -> State:
     state.spares = spares
     order = sorted(data)
     for seq in order:
-        _replay_one(state, data[seq], seq, last=seq == order[-1])
+        _replay_one(state, data[seq], seq, seq == order[-1], leave_over)
     state.report.files = len(order)
     state.report.records = len(state.records)
     return state
 
 
-def _replay_one(state: State, path: Path, seq: int, last: bool) -> None:
+def _replay_one(state: State, path: Path, seq: int, last: bool, leave_over: int) -> None:
     buf = path.read_bytes()
     fi = FileInfo([seq])
-    found, applied = replay_file(buf, seq, state.records, state.index, fi)
+    found, applied = replay_file(buf, seq, state.records, state.index, fi, leave_over)
     state.infos.append(fi)
     state.report.batches += applied
     for off, n in found.damaged:

@@ -28,6 +28,7 @@ from waystation.core.store.api import StoreError
 from waystation.core.store.compactor import CommittedError, compact
 from waystation.core.store.files import Layout
 from waystation.core.store.segment import KIND_DATA, KIND_FREE, TRAILER, pack_file_header
+from waystation.core.store.timing import GROUP_BOUNDS, SYNC_BOUNDS, Buckets
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +115,8 @@ class Writer:
         self.fsyncs = 0
         self.groups = 0
         self.sync_ewma = 0.0  # seconds an fdatasync takes lately
+        self.sync_times = Buckets(SYNC_BOUNDS)  # every fdatasync (metrics read them)
+        self.group_sizes = Buckets(GROUP_BOUNDS)  # writes settled per synced group
         self.replenish = False  # a rollover used a spare: make the next one ahead of time
         if current is not None:
             seq, cap = current
@@ -161,6 +164,7 @@ class Writer:
                     self._write(item)  # type: ignore[arg-type]
                 if want_sync and self.sync:
                     self._sync_dirty()
+                    self.group_sizes.observe(len(futs))
             except Exception as exc:
                 err = self.error = self._failed(exc, written)
             self.groups += 1
@@ -189,6 +193,7 @@ class Writer:
                         self._apply(item)
                     if want_sync and self.sync:
                         self._sync_dirty()
+                        self.group_sizes.observe(len(futs))
                 except Exception as exc:  # OSError mostly; anything else must not hang waiters
                     err = self._failed(exc, written)
                     with self.cond:
@@ -247,7 +252,9 @@ class Writer:
         for seq in sorted(self.dirty):
             t0 = time.monotonic()
             os.fdatasync(self.fds[seq])
-            self.sync_ewma = 0.8 * self.sync_ewma + 0.2 * (time.monotonic() - t0)
+            took = time.monotonic() - t0
+            self.sync_ewma = 0.8 * self.sync_ewma + 0.2 * took
+            self.sync_times.observe(took)
             self.fsyncs += 1
         self.dirty.clear()
 
@@ -290,7 +297,9 @@ class Writer:
             try:
                 os.pwrite(fd, pack_file_header(KIND_FREE, seq), 0)
                 if self.sync:
+                    t0 = time.monotonic()
                     os.fdatasync(fd)
+                    self.sync_times.observe(time.monotonic() - t0)
                     self.fsyncs += 1
                 size = os.fstat(fd).st_size
             finally:

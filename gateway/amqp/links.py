@@ -119,10 +119,11 @@ class Producer:
     # -- transfers (raw proton pointers: the per-message path, see pn.py) ------------------
     def transfer(self, d: Any) -> None:
         ptr = self.ptr
+        limit = self.amqp.options.max_message_size
+        if pn.pending(d) > limit:  # in one frame or several: the link is detached
+            self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {limit} bytes"))
+            return
         if pn.partial(d):
-            limit = self.amqp.options.max_message_size
-            if pn.pending(d) > limit:
-                self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {limit} bytes"))
             return
         payload = pn.recv(ptr, pn.pending(d))
         pn.advance(ptr)

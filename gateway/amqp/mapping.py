@@ -70,6 +70,8 @@ BODY = "_WS_P_AMQP_BODY"  # how the body was sent (see module doc); absent: one 
 APP_PROPERTIES = "_WS_P_AMQP_AP"  # the application-properties section, when types need it
 MESSAGE_ANNOTATIONS = "_WS_P_AMQP_MA"  # the message-annotations section as it came
 REPLY_TO_GROUP = "_WS_P_AMQP_RTG"
+# a message relayed by a bridge from another node keeps its trace id (STOMP: ws-trace-id)
+TRACE_PROPERTY = "_WS_TRACE_ID"
 PRIVATE = frozenset((BODY, APP_PROPERTIES, MESSAGE_ANNOTATIONS, REPLY_TO_GROUP, DESTINATION))
 SECTIONS_TYPE = "application/x-amqp-body"
 
@@ -187,6 +189,10 @@ def message_from_transfer(
             ann[REPLY_TO_GROUP] = _text(props[12], "reply-to-group-id")
     if user is not None and msg.user_id is None:
         msg.user_id = user
+    if app and TRACE_PROPERTY in app:
+        trace = msg._props.pop(TRACE_PROPERTY, None)
+        if isinstance(trace, str) and 0 < len(trace) <= 256:
+            msg.trace_id = trace
     kind = _body(msg, buf, body_start, body_kinds, value, value_at)
     if kind is not None:
         ann = ann or {}
@@ -457,6 +463,7 @@ __all__ = [
     "MESSAGE_ANNOTATIONS",
     "PRIVATE",
     "SECTIONS_TYPE",
+    "TRACE_PROPERTY",
     "encode_message",
     "message_from_transfer",
 ]

@@ -16,13 +16,23 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from proton import Collector, Condition, Connection, Endpoint, Event, Link, Terminus, Transport
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Endpoint,
+    Event,
+    Link,
+    Terminus,
+    Transport,
+    symbol,
+)
 
 from waystation.core.authentication import authenticator
 from waystation.core.engine import Engine
 from waystation.core.limits import LimitExceeded
 from waystation.core.message import now_ms
-from waystation.core.security import AuthenticationError, Principal
+from waystation.core.security import AuthenticationError, NotAuthorized, Principal
 from waystation.core.session import Session
 from waystation.gateway.admission import certificate_subject
 from waystation.gateway.amqp import errors, pn
@@ -49,6 +59,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("waystation.amqp")
 
 CONTAINER_ID = "waystation"
+# the open frame's properties: the node a bridge claims to be, and the node answering (the
+# AMQP twin of STOMP's ``ws-node`` header)
+NODE_PROPERTY = "ws-node"
 ANONYMOUS_RELAY = "ANONYMOUS-RELAY"
 
 
@@ -102,9 +115,7 @@ class AmqpSession(TransactionsMixin):
         self.links: dict[Any, Any] = {}  # raw pn_link_t -> Producer, Subscriber, Coordinator
         t = self.transport = Transport(Transport.SERVER)
         t.max_frame_size = self.options.max_frame_size
-        t.channel_max = (
-            self.options.max_sessions - 1
-        )  # channels are numbered from 0
+        t.channel_max = self.options.max_sessions - 1  # channels are numbered from 0
         if self.options.idle_timeout > 0:
             t.idle_timeout = self.options.idle_timeout
         t.bind(self.conn)
@@ -318,8 +329,22 @@ class AmqpSession(TransactionsMixin):
             conn.open()
             conn.close()
             return
+        props = conn.remote_properties
+        claimed = props.get(symbol(NODE_PROPERTY)) if isinstance(props, dict) else None
+        if claimed is not None:
+            try:
+                self.session.claim_node(str(claimed))
+            except NotAuthorized as e:
+                log.info("AMQP %s: %s", self.peer, e)
+                self.session.close()
+                self.session = None
+                conn.condition = Condition(errors.UNAUTHORIZED, str(e))
+                conn.open()
+                conn.close()
+                return
         conn.container = CONTAINER_ID
         conn.offered_capabilities = [ANONYMOUS_RELAY]
+        conn.properties = {symbol(NODE_PROPERTY): self.engine.node_name}
         conn.open()
         self.connected = True
 
@@ -486,4 +511,4 @@ class AmqpSession(TransactionsMixin):
             self.session.close()
 
 
-__all__ = ["AMQP_HEADER", "AmqpOptions", "AmqpSession", "options_from"]
+__all__ = ["AMQP_HEADER", "NODE_PROPERTY", "AmqpOptions", "AmqpSession", "options_from"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
 
@@ -16,6 +16,14 @@ from waystation.gateway.stomp.session import StompOptions
 if TYPE_CHECKING:
     from waystation.config.listeners import HttpAcceptor
     from waystation.gateway.adapter import ProtocolAdapter, SessionOpener
+
+
+class BridgeControl(Protocol):
+    """What the node's bridge manager offers the admin API (KeyError for an unknown name)."""
+
+    def pause(self, name: str) -> Any: ...
+
+    def resume(self, name: str) -> Any: ...
 
 
 @dataclass(slots=True)
@@ -34,6 +42,7 @@ class HttpContext:
     ready: Callable[[], bool] | None = None
     bridges: Callable[[], list[dict[str, object]]] | None = None  # each bridge's status
     reload: Callable[[], Awaitable[list[str]]] | None = None  # the config file again (changes)
+    bridge_control: BridgeControl | None = None  # pause and resume bridges
 
 
 CONTEXT = web.AppKey("context", HttpContext)
@@ -53,4 +62,4 @@ async def read_body(request: web.Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-__all__ = ["CONTEXT", "HttpContext", "read_body"]
+__all__ = ["CONTEXT", "BridgeControl", "HttpContext", "read_body"]

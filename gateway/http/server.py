@@ -179,6 +179,9 @@ class GuardedSite(web.TCPSite):
         sockets = self._server.sockets
         self._bound_port = sockets[0].getsockname()[1] if sockets else self._port
 
+    def bound_port(self) -> int:
+        return int(self._bound_port or self._port)
+
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
     response.headers["Server"] = SERVER_NAME
@@ -213,7 +216,7 @@ class HttpServer:
         ops.setup(self.app, ctx)  # /health, /ready, /metrics
         admin.setup(self.app, ctx)  # /admin/api/v1
         self.runner: web.AppRunner | None = None
-        self.site: web.TCPSite | None = None
+        self.site: HttpSite | None = None
 
     async def start(self) -> None:
         self.runner = web.AppRunner(
@@ -224,18 +227,26 @@ class HttpServer:
             keepalive_timeout=self.ctx.cfg.keepalive_timeout.total_seconds(),
         )
         await self.runner.setup()
-        self.site = GuardedSite(
+        self.site = await self.add_site(self.host, self.port, self.tls)
+
+    async def add_site(self, host: str, port: int, tls: ssl.SSLContext | None) -> HttpSite:
+        """One more port on this server's application (``[[acceptors.http.extra]]``), so
+        every HTTP listener shares one REST state, push delivery and admission count."""
+        assert self.runner is not None, "the server starts first"
+        site = GuardedSite(
             self.runner,
             self.guard,
-            host=self.host,
-            port=self.port,
-            ssl_context=self.tls,
+            host=host,
+            port=port,
+            ssl_context=tls,
             reuse_address=True,
             backlog=1024,
         )
-        await self.site.start()
-        scheme = "https" if self.tls else "http"
-        log.info("HTTP listening on %s://%s:%d", scheme, self.host, self.bound_port())
+        await site.start()
+        log.info(
+            "HTTP listening on %s://%s:%d", "https" if tls else "http", host, site.bound_port()
+        )
+        return HttpSite(self, site)
 
     def bound_port(self) -> int:
         if self.runner is not None and self.runner.addresses:
@@ -249,4 +260,21 @@ class HttpServer:
             self.runner = None
 
 
-__all__ = ["CONTEXT", "GuardedHandler", "HttpContext", "HttpServer", "read_body"]
+class HttpSite:
+    """A port of an :class:`HttpServer`, listed with the node's listeners; the server's
+    own stop closes every site, so this one closes only if it is still up."""
+
+    def __init__(self, server: HttpServer, site: GuardedSite) -> None:
+        self.server = server
+        self.site = site
+
+    def bound_port(self) -> int:
+        return self.site.bound_port()
+
+    async def stop(self) -> None:
+        runner = self.server.runner
+        if runner is not None and self.site in runner.sites:
+            await self.site.stop()
+
+
+__all__ = ["CONTEXT", "GuardedHandler", "HttpContext", "HttpServer", "HttpSite", "read_body"]

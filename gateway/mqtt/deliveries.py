@@ -2,6 +2,12 @@
 
 The hot path is :meth:`Deliveries.deliver`: the topic of the last address is reused, the
 QoS is one comparison, a v5 delivery builds properties only when the message has any.
+
+Topic aliases out (v5): a client whose CONNECT allows ``topic_alias_maximum`` > 0 gets an
+alias for each new topic, with the topic, until that many are in use; a topic that has one
+goes as the alias and an empty topic name.  Aliases are never reassigned (a busy client's
+topics are usually few and stable; reassigning costs the saving on every churned topic), so
+topics beyond the client's maximum go in full.  The map lives as long as the connection.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from waystation.gateway.mqtt.inflight import RELEASED, SENT, Entry, Outbound
 from waystation.gateway.mqtt.mapping import FLAGS, QOS2, RETAIN, delivery_properties
 from waystation.gateway.mqtt.topics import address_to_topic
 from waystation.wire.mqtt import MQTT_5, MQTT_311, PubAck, PubComp, Publish, PubRec, PubRel, encode
+from waystation.wire.mqtt_encode import publish_qos0
 
 if TYPE_CHECKING:
     from waystation.gateway.mqtt.subscriptions import Sub
@@ -38,6 +45,8 @@ class Deliveries:
     v5: bool
     closed: bool
     max_out_packet: int
+    out_aliases: int
+    _alias_of: dict[str, int] | None
     _hold_out: list[bytes] | None
     expiry: int
     _paused_writing: bool
@@ -73,7 +82,7 @@ class Deliveries:
             if self.v5 or msg._ann or self._hold_out is not None:
                 self._publish_out(s, msg, topic, 0, None)
             else:  # the common case, inline: 3.1.1, nothing to flag
-                self.link.write(encode(Publish(topic, msg.body), MQTT_311))
+                self.link.write(publish_qos0(topic, msg.body))
             if not s.presettled:
                 self.session.settle(d.consumer, d.tag)  # type: ignore[union-attr]
             return
@@ -140,8 +149,21 @@ class Deliveries:
                 props = {}
             if s.sub_id:
                 props["subscription_identifier"] = [s.sub_id]
+            new_alias = False
+            aliases = self._alias_of  # a dict when the client accepts aliases
+            if aliases is not None:
+                alias = aliases.get(topic)
+                if alias is not None:  # known to the client: the alias alone
+                    props["topic_alias"] = alias
+                    topic = ""
+                elif len(aliases) < self.out_aliases:  # a new one: alias and topic
+                    alias = aliases[topic] = len(aliases) + 1
+                    props["topic_alias"] = alias
+                    new_alias = True
             data = encode(Publish(topic, msg.body, qos, retain, dup, pid, props), MQTT_5)
             if self.max_out_packet and len(data) > self.max_out_packet:
+                if new_alias and aliases is not None:  # never sent: unknown to the client
+                    del aliases[topic]
                 log.info("MQTT %s: a message over the client's maximum packet size is dropped")
                 return False  # [MQTT-3.1.2-25]
         else:

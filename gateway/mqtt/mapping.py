@@ -11,7 +11,8 @@ RETAIN                         kept by the core as the address's retained messag
                                in ``_WS_P_MQTT`` for retain-as-published
 payload format indicator 1     flagged in ``_WS_P_MQTT`` (UTF-8 payload), given back to MQTT
 content type                   ``content_type``
-response topic ``a/b``         ``reply_to`` ``a.b`` (the same topic rule)
+response topic ``a/b``         ``reply_to`` ``a.b`` (the same topic rule); out, a
+                               ``/topic/a.b`` is ``a/b``, a ``/queue/x`` goes as written
 correlation data (bytes)       ``correlation_id`` (bytes; a string or other id goes out as
                                its UTF-8 text)
 message expiry interval (s)    ``expiration`` = arrival + interval (absolute ms); a
@@ -38,6 +39,8 @@ from waystation.gateway.mqtt.topics import TopicError, address_to_topic, topic_t
 # one private annotation with flag bits, present only when a bit is set (QoS 2, retain,
 # UTF-8 payload are the rare cases: a plain QoS 0/1 message carries no annotation at all)
 FLAGS = "_WS_P_MQTT"
+TOPIC_PREFIX = "/topic/"
+QUEUE_PREFIX = "/queue/"
 RETAIN = 1
 QOS2 = 2
 UTF8 = 4
@@ -121,13 +124,24 @@ def delivery_properties(msg: Message, now: int) -> dict[str, Any]:
             out["content_type"] = ct
         rt = msg.reply_to
         if rt is not None:
-            out["response_topic"] = address_to_topic(rt)
+            out["response_topic"] = reply_topic(rt)
         cid = msg.correlation_id
         if cid is not None:
             out["correlation_data"] = cid if isinstance(cid, bytes) else str(cid).encode()
     if flags_of(msg) & UTF8:
         out["payload_format_indicator"] = 1
     return out
+
+
+def reply_topic(reply_to: str) -> str:
+    """The response topic for a reply-to: a STOMP/AMQP ``/topic/a.b`` is the topic ``a/b``
+    (the MQTT subscribers of ``a/b`` are what it reaches); a ``/queue/x``, which no MQTT
+    topic names, goes as it was written so the client can hand it to another protocol."""
+    if reply_to.startswith(TOPIC_PREFIX):
+        return address_to_topic(reply_to[len(TOPIC_PREFIX) :])
+    if reply_to.startswith(QUEUE_PREFIX):
+        return reply_to
+    return address_to_topic(reply_to)
 
 
 def has_properties(msg: Message) -> bool:
@@ -145,4 +159,5 @@ __all__ = [
     "has_properties",
     "message_from_publish",
     "published_qos",
+    "reply_topic",
 ]

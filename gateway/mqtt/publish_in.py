@@ -54,7 +54,6 @@ class PublishIn:
     session: Session | None
     link: Link
     options: MqttOptions
-    inbound: Inbound
     v5: bool
     connected: bool
     closed: bool
@@ -71,6 +70,9 @@ class PublishIn:
         def _packet(self, packet: object) -> None: ...
         def _end(self, reason: int, text: str) -> None: ...
         def _save_inbound(self) -> asyncio.Future[None] | None: ...
+
+        @property
+        def inbound(self) -> Inbound: ...
 
     def _on_publish(self, p: Publish) -> None:
         if not self.connected:

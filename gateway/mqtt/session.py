@@ -29,6 +29,7 @@ from waystation.gateway.mqtt import subscriptions
 from waystation.gateway.mqtt.deliveries import Deliveries
 from waystation.gateway.mqtt.errors import REFUSALS, Refused, refusal_reason
 from waystation.gateway.mqtt.inflight import Inbound, Outbound
+from waystation.gateway.mqtt.keepalive import keepalive
 from waystation.gateway.mqtt.options import MqttOptions
 from waystation.gateway.mqtt.publish_in import PublishIn
 from waystation.gateway.mqtt.registry import registry
@@ -97,16 +98,17 @@ class MqttSession(PublishIn, Deliveries):
         "will_delay",
         "subs",
         "outbound",
-        "inbound",
+        "_inbound",
         "max_out_packet",
         "out_aliases",
+        "_alias_of",
         "in_aliases",
         "_addresses",
         "_held",
         "_hold_out",
         "_keepalive",
         "_last_read",
-        "_ka_handle",
+        "_ka_key",
         "_paused_writing",
         "_disconnected",
         "core_id",
@@ -134,9 +136,10 @@ class MqttSession(PublishIn, Deliveries):
         self.will_delay = 0
         self.subs: dict[str, Sub] = {}  # by topic filter
         self.outbound = Outbound(65535)
-        self.inbound = Inbound()
+        self._inbound: Inbound | None = None  # made on first use (``PublishIn.inbound``)
         self.max_out_packet = 0  # the client's maximum packet size (0: no limit)
-        self.out_aliases = 0  # topic aliases the client accepts (we send none yet)
+        self.out_aliases = 0  # topic aliases we may send the client (0: none)
+        self._alias_of: dict[str, int] | None = None  # topic -> alias sent (v5, if allowed)
         self.in_aliases: dict[int, str] = {}
         self._addresses: dict[str, str | Exception] = {}  # topic -> address or refusal
         self._held: list[Any] | None = None  # packets that came during the login check
@@ -144,7 +147,7 @@ class MqttSession(PublishIn, Deliveries):
         self._keepalive = 0.0
         self._now = 0  # ms, read once per batch of packets
         self._last_read = time.monotonic()
-        self._ka_handle: asyncio.TimerHandle | None = None
+        self._ka_key = 0  # its bucket in the loop's keep-alive wheel (0: not watched)
         self._paused_writing = False
         self._disconnected = False  # a DISCONNECT came: no will unless it said 0x04
         self.core_id = ""  # the client id as the core names things by it
@@ -152,6 +155,15 @@ class MqttSession(PublishIn, Deliveries):
         self._resume: list[Any] = []  # saved subscriptions, attached after CONNACK
         self._stateful = False  # state was saved for this client id
         self.loop = asyncio.get_running_loop()
+
+    @property
+    def inbound(self) -> Inbound:
+        """QoS 1/2 state of what the client publishes, made on first use: a connection that
+        only subscribes never needs it."""
+        ib = self._inbound
+        if ib is None:
+            ib = self._inbound = Inbound()
+        return ib
 
     # -- input ----------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -260,9 +272,8 @@ class MqttSession(PublishIn, Deliveries):
             self._cleanup(True)
 
     def _cleanup(self, will: bool) -> None:
-        if self._ka_handle is not None:
-            self._ka_handle.cancel()
-            self._ka_handle = None
+        if self._ka_key:
+            keepalive(self.loop).unwatch(self)
         self.outbound.backlog = None
         session = self.session
         if session is None or not self.connected:
@@ -413,6 +424,9 @@ class MqttSession(PublishIn, Deliveries):
                 ack["assigned_client_identifier"] = self._assigned
         self.connected = True
         self._packet(ConnAck(0, present, ack))
+        done = getattr(self.link, "logged_in", None)  # the listener's connect deadline ends
+        if done is not None:
+            done()
         if present:
             subscriptions.resume(self)
 
@@ -434,7 +448,10 @@ class MqttSession(PublishIn, Deliveries):
         o = self.options
         self.outbound.limit = min(int(props.get("receive_maximum", 65535)), o.max_inflight)
         self.max_out_packet = int(props.get("maximum_packet_size", 0))
-        self.out_aliases = int(props.get("topic_alias_maximum", 0))
+        if o.send_topic_aliases:
+            self.out_aliases = int(props.get("topic_alias_maximum", 0))
+            if self.out_aliases:
+                self._alias_of = {}
         ack["receive_maximum"] = o.receive_maximum
         ack["maximum_packet_size"] = o.max_packet_size
         ack["topic_alias_maximum"] = o.topic_alias_maximum
@@ -451,19 +468,13 @@ class MqttSession(PublishIn, Deliveries):
             ack["server_keep_alive"] = ka
         if ka:
             self._keepalive = ka * self.options.keepalive_grace
-            self._ka_handle = self.loop.call_later(self._keepalive, self._tick)
+            keepalive(self.loop).watch(self)  # one loop timer for all connections
 
-    def _tick(self) -> None:
-        """A client silent for grace x keep-alive is gone [MQTT-3.1.2-24]; the timer is
-        re-armed for when that would be, so an active client costs one timer per period."""
-        if self.closed:
-            return
-        left = self._last_read + self._keepalive - _monotonic()
-        if left <= 0:
-            log.info("MQTT %s: keep-alive timeout", self.link.peer)
-            self._end(R.KEEP_ALIVE_TIMEOUT, "no packet within 1.5 x keep-alive")
-            return
-        self._ka_handle = self.loop.call_later(left, self._tick)
+    def keepalive_expired(self) -> None:
+        """A client silent for grace x keep-alive is gone [MQTT-3.1.2-24] (the wheel in
+        ``keepalive.py`` looks again at a connection heard from meanwhile)."""
+        log.info("MQTT %s: keep-alive timeout", self.link.peer)
+        self._end(R.KEEP_ALIVE_TIMEOUT, "no packet within 1.5 x keep-alive")
 
     def _save_inbound(self) -> asyncio.Future[None] | None:
         return subscriptions.save_inbound(self)

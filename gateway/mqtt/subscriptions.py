@@ -4,7 +4,8 @@ Each topic filter is one core consumer on a multicast subscription of the mapped
 a temporary one for a session that ends with its connection, a durable one (named after the
 filter, owned by the user and client id) for a persistent session, so messages queue up
 while the client is away.  ``$share/<group>/<filter>`` is a shared durable subscription: one
-queue per group and filter, its consumers taking turns.
+queue per group and filter, its consumers taking turns; it goes when its last member leaves
+and no saved session holds it (``shared.py``).
 
 A persistent session's state is saved with the core session (survives node restarts):
 ``subscriptions`` (a list of ``[filter, qos, no_local, retain_as_published, retain_handling,
@@ -28,6 +29,7 @@ from waystation.core.postoffice import RoutingError
 from waystation.core.queue import MULTICAST
 from waystation.core.security import SYSTEM, NotAuthorized, Permission, Principal
 from waystation.core.session import CreditMode, SessionError, Source
+from waystation.gateway.mqtt import shared
 from waystation.gateway.mqtt.registry import registry
 from waystation.gateway.mqtt.topics import (
     TopicError,
@@ -286,6 +288,9 @@ def _detach(ms: MqttSession, s: Sub, *, delete: bool) -> None:
         session.unsubscribe(s.consumer, delete_durable=drop)
     except (NotAuthorized, SessionError) as e:
         log.info("MQTT %s: unsubscribing %r: %s", ms.link.peer, s.filter, e)
+    if delete and s.group is not None:  # the last member out closes the group's queue
+        name = session.durable_queue_name(durable_name(s.filter), shared=True)
+        shared.drop_if_unused(session, s.filter, name, shared.scope_of(ms.core_id))
 
 
 # -- persistent sessions ----------------------------------------------------------------------
@@ -337,8 +342,10 @@ def _forget(ms: MqttSession, saved: list[Any]) -> None:
 
 
 def _delete_durable(session: Any, topic_filter: str) -> None:
-    if parse_filter(topic_filter)[0] is not None:
-        return  # a shared subscription is the group's
+    if parse_filter(topic_filter)[0] is not None:  # the group's: goes with its last member
+        name = session.durable_queue_name(durable_name(topic_filter), shared=True)
+        shared.drop_if_unused(session, topic_filter, name, shared.scope_of(session.client_id))
+        return
     name = session.durable_queue_name(durable_name(topic_filter))
     try:
         session.delete_subscription(name)
@@ -351,7 +358,7 @@ def drop_session(ms: MqttSession) -> None:
     had durable subscriptions and saved state)."""
     stateful = ms._stateful or any(s.durable and s.group is None for s in ms.subs.values())
     for s in list(ms.subs.values()):
-        if s.durable and s.group is None:
+        if s.durable:  # its own subscriptions go; a group's goes with its last member
             _detach(ms, s, delete=True)
     if stateful:
         session = ms.session

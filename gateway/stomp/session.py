@@ -24,6 +24,7 @@ from waystation.core.queue import MULTICAST
 from waystation.core.security import AuthenticationError, NotAuthorized, Principal
 from waystation.core.session import CreditMode, Outcome, Session, SessionError, Source
 from waystation.core.transaction import TransactionError
+from waystation.gateway.admission import certificate_subject
 from waystation.gateway.link import Link
 from waystation.gateway.stomp.destinations import format_destination, parse_destination
 from waystation.gateway.stomp.mapping import NODE_HEADER, delivery_headers, message_from_send
@@ -325,6 +326,15 @@ class StompSession:
                 return
         auth = authenticator(self.engine)
         login, passcode, peer = h.get("login"), h.get("passcode"), str(self.link.peer)
+        subject = certificate_subject(getattr(self.link, "peer_certificate", None))
+        if subject is not None and login is None and self.engine.security.enabled:
+            try:  # a verified TLS client certificate is the login (users' ``certificate``)
+                principal = auth.certificate(subject, peer)
+            except AuthenticationError as e:
+                self.fail("authentication failed", str(e))
+                return
+            self._connected(frame, version, principal)
+            return
         if not self.engine.security.enabled:
             self._connected(frame, version, auth.authenticate_blocking(login, passcode, peer))
             return

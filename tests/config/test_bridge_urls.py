@@ -45,8 +45,9 @@ def test_a_stream_url_with_a_path_is_refused():
     ("url", "message"),
     [
         (
-            "amqp://h:5672",
-            "URL scheme must be one of tcp, tls, ws, wss, http, https, got 'amqp' in 'amqp://h:5672'",
+            "mqtt://h:1883",
+            "URL scheme must be one of tcp, tls, ws, wss, http, https, amqp, amqps, "
+            "got 'mqtt' in 'mqtt://h:1883'",
         ),
         ("tcp://h", "URL 'tcp://h' has no port"),
         ("ws://h/stomp?x=1", "URL 'ws://h/stomp?x=1' must not have a query or fragment"),

@@ -446,3 +446,28 @@ def test_batch_magic_is_present_in_files(tmp_path: Path, run) -> None:
         assert raw[-100:] == bytes(100)  # the rest of the pre-allocated file is still zeros
 
     run(main())
+
+
+def test_recovery_can_leave_large_records_on_disk(tmp_path):
+    """A restart with a backlog larger than memory: large records stay in their files until
+    read, small ones are in memory, and a replaced or deleted record is never offered."""
+    small, big = b"s" * 10, bytes(range(256)) * 8
+
+    async def write() -> None:
+        j = FileJournal(tmp_path, file_size=SMALL)
+        j.open()
+        await j.write([put(1, 1, big), put(2, 2, small), put(3, 1, big)], True)
+        await j.write([put(3, 1, b"x" * 300), delete(1)], True)
+        await j.close()
+
+    asyncio.run(write())
+    j = FileJournal(tmp_path, file_size=SMALL, leave_on_disk_over=256)
+    rec = j.open()
+    try:
+        assert list(rec.records) == [2, 3]
+        two, three = rec.records[2], rec.records[3]
+        assert two == Record(2, small) and rec.read(two) == small
+        assert three.data == b"" and three.size == 300 and rec.read(three) == b"x" * 300
+        rec.release()
+    finally:
+        asyncio.run(j.close())

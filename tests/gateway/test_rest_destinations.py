@@ -189,16 +189,16 @@ def test_create_queue_and_topic_with_xml(node, run):
 
 
 def test_names_rest_does_not_serve(node, run):
-    """node::address would be sent to another node while consumers read a local queue of
-    that name; sf.* queues belong to bridges; odd names are refused as the config does."""
+    """node::address is for sending only (test_rest_remote_queues.py): consuming or creating
+    one is refused, and /topics names it never; sf.* queues belong to bridges; odd names are
+    refused as the config does."""
 
     async def go():
         base = node.http_url
-        sf = "store-and-forward addresses are not served over REST"
+        sf = "can only be sent to"
         async with aiohttp.ClientSession() as s:
             for path, why in [
-                ("/queues/a::b", sf),
-                ("/topics/a::b", sf),
+                ("/topics/a::b", "/queues/a::b/create"),
                 ("/queues/sf.other-node", "store-and-forward queues"),
                 ("/queues/a..b", "empty word"),
                 ("/queues/a.*", "wildcard"),

@@ -73,6 +73,12 @@ def test_example_configs_are_package_data(wheel: zipfile.ZipFile) -> None:
     assert not missing, f"example configs missing from the wheel: {missing}"
 
 
+def test_console_assets_are_package_data(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    for asset in ("index.html", "console.js", "console.css"):
+        assert f"waystation/gateway/http/console/static/{asset}" in names
+
+
 def test_console_script(wheel: zipfile.ZipFile) -> None:
     ep = next(n for n in wheel.namelist() if n.endswith(".dist-info/entry_points.txt"))
     parser = configparser.ConfigParser()

@@ -604,3 +604,12 @@ def test_reason_code_enum_values() -> None:
     assert ReasonCode.PACKET_TOO_LARGE == 0x95
     assert ReasonCode.WILDCARD_SUBSCRIPTIONS_NOT_SUPPORTED == 0xA2
     assert ReasonCode.GRANTED_QOS_0 == ReasonCode.SUCCESS == 0
+
+
+@pytest.mark.parametrize("size", [0, 1, 120, 125, 126, 127, 128, 20000, 3_000_000])
+@pytest.mark.parametrize("topic", ["a/b", "", "é/" * 40, "x" * 300])
+def test_publish_qos0_fast_path_is_the_general_encoding(topic: str, size: int) -> None:
+    from waystation.wire.mqtt_encode import publish_qos0
+
+    payload = bytes(i % 251 for i in range(size))
+    assert publish_qos0(topic, payload) == encode(Publish(topic, payload), MQTT_311)

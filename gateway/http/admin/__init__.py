@@ -3,11 +3,26 @@ operators holding the ``manage`` permission (HTTP Basic with the node's users).
 
 - :mod:`.guard`: login, the ``manage`` check and the audit log;
 - :mod:`.routes`: the endpoints, doing their work through :class:`waystation.core.admin.Admin`;
+- :mod:`.runtime`: addresses, diverts and bridges changed at run time; the overview;
 - :mod:`.views`: a message as JSON.
+
+The web console (:mod:`waystation.gateway.http.console`) is mounted with it.
 """
 
 from __future__ import annotations
 
-from waystation.gateway.http.admin.routes import BASE, setup
+from aiohttp import web
+
+from waystation.gateway.http import console
+from waystation.gateway.http.admin import routes
+from waystation.gateway.http.admin.routes import BASE
+from waystation.gateway.http.context import HttpContext
+
+
+def setup(app: web.Application, ctx: HttpContext) -> None:
+    """The admin API and the web console that uses it (``/console``)."""
+    routes.setup(app, ctx)
+    console.setup(app, ctx)
+
 
 __all__ = ["BASE", "setup"]

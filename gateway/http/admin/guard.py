@@ -30,6 +30,9 @@ audit = logging.getLogger("waystation.audit")
 
 NODE_WIDE = "#"  # the address a node-wide action is checked on
 REALM = 'Basic realm="waystation admin", charset="UTF-8"'
+# The console sends this with its calls: a refusal then carries no Basic challenge, which
+# would make the browser pop up its own login box over the console's form.
+CONSOLE_HEADER = "X-Waystation-Console"
 
 
 def _error(cls: type[web.HTTPException], message: str, **headers: str) -> web.HTTPException:
@@ -73,6 +76,21 @@ def _credentials(request: web.Request) -> tuple[str, str] | None:
     return (login, password) if sep else None
 
 
+def _fields(request: web.Request, user: str | None, outcome: str) -> dict[str, object]:
+    """An audit record's fields of its own (keys of their own in JSON logs)."""
+    return {
+        "user": user,
+        "remote": remote_of(request),
+        "method": request.method,
+        "path": request.path,
+        "outcome": outcome,
+    }
+
+
+def _challenge(request: web.Request) -> dict[str, str]:
+    return {} if CONSOLE_HEADER in request.headers else {"WWW-Authenticate": REALM}
+
+
 async def login(request: web.Request, ctx: HttpContext) -> Principal:
     """The caller's principal; 401 (with a Basic challenge) when it cannot be established."""
     engine = ctx.engine
@@ -92,8 +110,14 @@ async def login(request: web.Request, ctx: HttpContext) -> Principal:
             )
         return Principal(creds[0] if creds else "anonymous")
     if creds is None:
-        audit.info("refused %s %s from %s: no credentials", request.method, request.path, remote)
-        raise _error(web.HTTPUnauthorized, "credentials required", **{"WWW-Authenticate": REALM})
+        audit.info(
+            "refused %s %s from %s: no credentials",
+            request.method,
+            request.path,
+            remote,
+            extra=_fields(request, None, "no-credentials"),
+        )
+        raise _error(web.HTTPUnauthorized, "credentials required", **_challenge(request))
     try:
         return await authenticator(engine).authenticate(creds[0], creds[1], remote)
     except AuthenticationError as e:
@@ -104,8 +128,9 @@ async def login(request: web.Request, ctx: HttpContext) -> Principal:
             request.method,
             request.path,
             e,
+            extra=_fields(request, creds[0], "failed-login"),
         )
-        raise _error(web.HTTPUnauthorized, str(e), **{"WWW-Authenticate": REALM}) from None
+        raise _error(web.HTTPUnauthorized, str(e), **_challenge(request)) from None
 
 
 def may_manage(ctx: HttpContext, principal: Principal, address: str) -> bool:
@@ -131,7 +156,13 @@ def done(request: web.Request, principal: Principal, what: str, level: int = 0) 
     """Record an action: changes at info, listings at debug (a console polls them)."""
     level = level or (logging.DEBUG if request.method == "GET" else logging.INFO)
     audit.log(
-        level, "%s by %r from %s: %s", request.method, principal.name, remote_of(request), what
+        level,
+        "%s by %r from %s: %s",
+        request.method,
+        principal.name,
+        remote_of(request),
+        what,
+        extra=_fields(request, principal.name, "done"),
     )
 
 

@@ -9,7 +9,6 @@ the action in the audit log.  Answers are JSON; errors are ``{"error": "..."}``.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -25,13 +24,14 @@ from waystation.core.queue import ANYCAST, Queue
 from waystation.core.security import NotAuthorized, Principal
 from waystation.core.session import SessionError
 from waystation.gateway.http.admin import guard
+from waystation.gateway.http.admin.body import read_json
+from waystation.gateway.http.admin.runtime import RuntimeRoutes, queue_config
 from waystation.gateway.http.admin.views import message_json
-from waystation.gateway.http.context import HttpContext, read_body
+from waystation.gateway.http.context import HttpContext
 from waystation.gateway.reload import ReloadRefused
 
 BASE = "/admin/api/v1"
 MAX_PAGE = 1000
-MAX_BODY = 1 << 20
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -40,28 +40,20 @@ def _ok(data: object, status: int = 200) -> web.Response:
     return web.json_response(data, status=status)
 
 
-async def _json(request: web.Request) -> dict[str, Any]:
-    if not request.can_read_body:
-        return {}
-    raw = await read_body(request, MAX_BODY)
-    if raw is None:
-        raise guard.error(web.HTTPRequestEntityTooLarge, "request body over 1 MiB")
-    try:
-        data = json.loads(raw or b"{}")
-    except ValueError as e:
-        raise guard.error(web.HTTPBadRequest, f"invalid JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise guard.error(web.HTTPBadRequest, "expected a JSON object")
-    return data
-
-
 def _ids(data: dict[str, Any]) -> set[int] | None:
+    """The ``ids`` of a request: integers, or their decimal text (what a browser must send,
+    since ids are beyond what a JavaScript number holds exactly)."""
     ids = data.get("ids")
     if ids is None:
         return None
-    if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-        raise guard.error(web.HTTPBadRequest, "ids must be a list of message ids (integers)")
-    return set(ids)
+    if not isinstance(ids, list) or not all(
+        (isinstance(i, int) and not isinstance(i, bool)) or (isinstance(i, str) and i.isdigit())
+        for i in ids
+    ):
+        raise guard.error(
+            web.HTTPBadRequest, "ids must be a list of message ids (integers or their text)"
+        )
+    return {int(i) for i in ids}
 
 
 def _int(request: web.Request, name: str, default: int, hi: int) -> int:
@@ -97,6 +89,7 @@ class AdminRoutes:
         r.add_delete(BASE + "/connections/{id}", self.wrap(self.close_connection))
         r.add_get(BASE + "/bridges", self.wrap(self.bridges))
         r.add_post(BASE + "/reload", self.wrap(self.reload))
+        RuntimeRoutes(self).setup(app, BASE)
 
     def wrap(self, fn: Callable[[web.Request, Principal], Awaitable[web.Response]]) -> Handler:
         """Log in, then map the core's refusals to HTTP answers."""
@@ -155,20 +148,21 @@ class AdminRoutes:
         return _ok(self.admin.queue_info(self._queue(request, principal)))
 
     async def create_queue(self, request: web.Request, principal: Principal) -> web.Response:
-        data = await _json(request)
-        name = data.get("name")
-        if not isinstance(name, str) or not name:
-            raise guard.error(web.HTTPBadRequest, "name (a string) is required")
-        address = str(data.get("address") or name)
-        guard.require(request, self.ctx, principal, address)
+        """A queue checked as a ``[[queues]]`` entry of the config file is."""
+        data = await read_json(request)
+        data.setdefault("routing", ANYCAST)
+        cfg = queue_config(data)
+        guard.require(request, self.ctx, principal, cfg.address)
         q = self.admin.create_queue(
-            name,
-            address,
-            str(data.get("routing") or ANYCAST),
-            durable=bool(data.get("durable", True)),
-            filter=data.get("filter"),
+            cfg.name,
+            cfg.address,
+            cfg.routing,
+            durable=cfg.durable,
+            filter=cfg.filter,
+            exclusive=cfg.exclusive,
+            max_consumers=cfg.max_consumers,
         )
-        guard.done(request, principal, f"created queue {name!r} on {address!r}")
+        guard.done(request, principal, f"created queue {cfg.name!r} on {cfg.address!r}")
         return _ok(self.admin.queue_info(q), 201)
 
     async def delete_queue(self, request: web.Request, principal: Principal) -> web.Response:
@@ -209,7 +203,7 @@ class AdminRoutes:
 
     async def retry(self, request: web.Request, principal: Principal) -> web.Response:
         q = self._queue(request, principal)
-        ids = _ids(await _json(request))
+        ids = _ids(await read_json(request))
         for address in sorted(self.admin.retry_targets(q.name, ids)):
             guard.require(request, self.ctx, principal, address)  # where they will go
         r = self.admin.retry(q.name, ids)
@@ -218,7 +212,7 @@ class AdminRoutes:
 
     async def move(self, request: web.Request, principal: Principal) -> web.Response:
         q = self._queue(request, principal)
-        data = await _json(request)
+        data = await read_json(request)
         target = data.get("target")
         if not isinstance(target, str) or not target:
             raise guard.error(web.HTTPBadRequest, "target (an address) is required")

@@ -39,6 +39,7 @@ def message_json(m: Message) -> dict[str, object]:
     ann = m.annotations if m._ann else {}
     return {
         "id": m.id,
+        "id_text": str(m.id),  # ids pass 2**53: a JavaScript number would round them
         "address": m.address,
         "durable": m.durable,
         "priority": m.priority,

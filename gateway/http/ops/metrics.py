@@ -8,14 +8,16 @@ measured here is event-loop lag: a small task sleeps a fixed interval and record
 woke (a loop blocked by a slow callback shows as lag).
 
 Counters the core does not keep yet are not invented: per-queue expired and dead-lettered
-totals (by reason) and journal fsync timings appear once the core exposes them (see
-docs/operations.md).
+totals (by reason) appear once the core exposes them (see docs/operations.md).  Journal
+fsync durations and group-commit sizes are histograms whose buckets the journal writer
+counts itself (core/store/timing.py); a scrape copies them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -23,10 +25,17 @@ from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from waystation.core.authentication import authenticator
+from waystation.core.store.timing import Snapshot
 from waystation.gateway.http.context import HttpContext
 
 PREFIX = "waystation_"
@@ -93,6 +102,7 @@ class NodeCollector(Collector):
         yield from self._connections()
         yield from self._bridges()
         yield from self._journal()
+        yield from self._journal_timings()
         yield from self._logins()
         lag = _gauge("event_loop_lag_seconds", "How late the event loop ran the last timer.")
         lag.add_metric([], self.lag.last)
@@ -203,6 +213,17 @@ class NodeCollector(Collector):
                 g.add_metric([], stats[key])
                 yield g
 
+    def _journal_timings(self) -> Iterator[Metric]:
+        timings = getattr(self.ctx.engine.journal, "timings", None)
+        found = timings() if timings is not None else {}
+        for key, name, doc in (
+            ("sync_seconds", "journal_fsync_seconds", "Time each journal fdatasync took."),
+            ("group_writes", "journal_group_commit_writes", "Writes settled by one fsync."),
+        ):
+            snap = found.get(key)
+            if snap is not None:
+                yield _histogram(name, doc, snap)
+
     def _logins(self) -> Iterator[Metric]:
         stats = authenticator(self.ctx.engine).stats
         c = _counter("login_failures", "Failed logins (all protocols).")
@@ -211,6 +232,16 @@ class NodeCollector(Collector):
         r = _counter("login_refusals", "Logins refused without a check (throttle, busy).")
         r.add_metric([], stats.get("refused_locked", 0) + stats.get("refused_busy", 0))
         yield r
+
+
+def _histogram(name: str, doc: str, snap: Snapshot) -> HistogramMetricFamily:
+    """A Prometheus histogram (cumulative buckets) from the store's per-bucket counts."""
+    buckets: list[tuple[str, float]] = []
+    running = 0
+    for bound, n in zip((*snap.bounds, math.inf), snap.counts, strict=True):
+        running += n
+        buckets.append((floatToGoString(bound), running))
+    return HistogramMetricFamily(PREFIX + name, doc, buckets=buckets, sum_value=snap.total)
 
 
 def _num(v: object) -> float:

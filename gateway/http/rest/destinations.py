@@ -1,7 +1,8 @@
 """``/queues/{name}`` and ``/topics/{name}`` (discovery) and ``POST /queues`` / ``/topics``.
 
 ``HEAD``/``GET`` answer 200 with the destination's links (``GET`` also with a small XML body
-listing them); the caller needs send, consume or browse on it.
+listing them); the caller needs send, consume or browse on it.  A ``node::queue`` has the
+create links only (it can be sent to, not consumed from), and needs send.
 
 ``POST /queues`` with ``<queue name="x"><durable>true</durable><selector>..</selector></queue>``
 creates the anycast queue ``x`` (create_durable_queue or create_non_durable_queue);
@@ -26,7 +27,7 @@ from waystation.gateway.http.rest import auth
 from waystation.gateway.http.rest.errors import fail, guarded
 from waystation.gateway.http.rest.links import QUEUES, TOPICS, Paths, destination_links
 from waystation.gateway.http.rest.mapping import read_body
-from waystation.gateway.http.rest.names import check_name
+from waystation.gateway.http.rest.names import check_name, is_remote
 from waystation.gateway.http.rest.service import SERVICE
 from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xml_text
 
@@ -34,11 +35,15 @@ from waystation.gateway.http.rest.xmldoc import MAX_XML, parse_xml, xml_bool, xm
 @guarded
 async def head_destination(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
-    paths = svc.destination(request)
+    paths = svc.destination(request, send=True)
     session = await svc.session_of(request)
-    perms = (Permission.SEND, Permission.CONSUME, Permission.BROWSE)
-    auth.check_any(session, perms, paths.name)
-    links = destination_links(svc.links(request), paths)
+    if is_remote(paths.name):  # node::queue: only sending is served
+        auth.check(session, Permission.SEND, paths.name)
+        links = destination_links(svc.links(request), paths, consumers=False)
+    else:
+        perms = (Permission.SEND, Permission.CONSUME, Permission.BROWSE)
+        auth.check_any(session, perms, paths.name)
+        links = destination_links(svc.links(request), paths)
     headers = links.headers()
     if request.method == "HEAD":
         return web.Response(status=200, headers=headers)

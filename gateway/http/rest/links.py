@@ -93,10 +93,13 @@ class Links:
         return {f"msg-{rel}": u for rel, u in self.items}
 
 
-def destination_links(links: Links, paths: Paths) -> Links:
-    """The links ``HEAD``/``GET`` on a queue or topic returns."""
+def destination_links(links: Links, paths: Paths, *, consumers: bool = True) -> Links:
+    """The links ``HEAD``/``GET`` on a queue or topic returns (``consumers=False``: the
+    create links only, for a ``node::queue`` that can only be sent to)."""
     links.add("create", paths.create)
     links.add("create-with-id", paths.root + "/create/{id}")
+    if not consumers:
+        return links
     kind = "consumers" if paths.kind == QUEUES else "subscriptions"
     links.add(f"pull-{kind}", paths.pull)
     links.add(f"push-{kind}", paths.push)

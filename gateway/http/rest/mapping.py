@@ -11,7 +11,10 @@ Into a message (a POST):
   consumer gets as ``content-type:``, with the exact body bytes): see
   :func:`fields_from_properties`; every property is a string;
 - a header value that is not UTF-8 (aiohttp hands its bytes over as surrogates) is refused
-  with 400 naming the header: the store keeps text as UTF-8.
+  with 400 naming the header: the store keeps text as UTF-8;
+- ``ws-types`` types headers as in STOMP (``ws-types: count=int,urgent=bool``): each header
+  it names becomes the property of that bare name (no ``http_``), of that type; a value that
+  does not parse as its type is refused with 400.
 
 Out of a message (a pull answer or a push request):
 
@@ -25,7 +28,8 @@ Out of a message (a pull answer or a push request):
 - any other property (a STOMP header, an engine annotation such as ``_WS_DLQ_REASON``) is a
   header of the same name when that name is a valid HTTP token and not one the server sets
   itself (framing, ``Location``, ``Link``, the ``msg-*`` links...); values with line breaks are
-  left out;
+  left out; ``ws-types`` names each of them with its type (strings too), so a POST of the same
+  headers recreates the same properties;
 - ``msg-delivery-count`` says which delivery attempt this is (2 and up: redelivered).
 """
 
@@ -36,9 +40,18 @@ from collections.abc import Iterable, Mapping
 
 from aiohttp import web
 
-from waystation.core.message import Message, PropertyValue, property_text
+from waystation.core.message import (
+    STRING,
+    Message,
+    PropertyValue,
+    parse_typed,
+    property_text,
+    type_name,
+    typed_text,
+)
 from waystation.gateway.http import context
 from waystation.gateway.http.rest.errors import fail
+from waystation.gateway.stomp.mapping import TYPES_HEADER, format_types, parse_types
 
 CONTENT_TYPE = "content-type"
 HTTP_PREFIX = "http_"
@@ -126,10 +139,19 @@ TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 
 def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, PropertyValue]:
     """Message properties for the headers of a POST (see the module doc)."""
-    props: dict[str, str] = {}
+    headers = list(headers)
+    typed = _typed_properties(headers)
+    props: dict[str, PropertyValue] = {}
     for name, value in headers:
         low = name.lower()
-        if low in _NOT_COPIED or low.startswith("sec-"):
+        if low in _NOT_COPIED or low.startswith("sec-") or low == TYPES_HEADER:
+            continue
+        if low in typed:
+            key, type_ = typed[low]
+            try:
+                props[key] = parse_typed(type_, value)
+            except ValueError as e:
+                raise fail(web.HTTPBadRequest, f"header {name!r}: {e}") from None
             continue
         if not value.isascii():
             try:
@@ -139,11 +161,24 @@ def properties_from_request(headers: Iterable[tuple[str, str]]) -> dict[str, Pro
                     web.HTTPBadRequest, f"header {name!r}: the value is not valid UTF-8"
                 ) from None
         key = HTTP_PREFIX + low.replace("-", "$")
-        old = props.get(key)
-        props[key] = value if old is None else f"{old}, {value}"
+        old = props.get(key)  # a repeated header: its values joined, as HTTP allows
+        props[key] = value if old is None else f"{property_text(old)}, {value}"
         if low == CONTENT_TYPE:
             props[CONTENT_TYPE] = props[key]
-    return dict(props)  # as dict[str, PropertyValue]
+    return props
+
+
+def _typed_properties(headers: list[tuple[str, str]]) -> dict[str, tuple[str, str]]:
+    """The headers ``ws-types`` names, by lower-cased name: (property name, type)."""
+    out: dict[str, tuple[str, str]] = {}
+    for name, value in headers:
+        if name.lower() == TYPES_HEADER:
+            try:
+                pairs = parse_types(value)
+            except ValueError as e:
+                raise fail(web.HTTPBadRequest, str(e)) from None
+            out.update((n.lower(), (n, t)) for n, t in pairs)
+    return out
 
 
 def fields_from_properties(msg: Message) -> None:
@@ -173,6 +208,7 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
     """HTTP headers describing ``msg`` (Content-Type first, then its properties)."""
     props = msg.properties
     headers = {"Content-Type": content_type(props, default_type, msg.content_type)}
+    types: list[tuple[str, str]] = []
     for k, v in props.items():
         if v is None:
             continue
@@ -184,9 +220,14 @@ def message_headers(msg: Message, *, default_type: str = DEFAULT_TYPE) -> dict[s
             or not TOKEN.match(name)
         ):
             continue
-        text = property_text(v)
+        t = type_name(v)
+        text = typed_text(v) if t != STRING else property_text(v)
         if clean_value(text):
             headers[name] = text
+            if name is k:  # not posted over REST: typed, so a POST recreates it
+                types.append((name, t))
+    if types:
+        headers[TYPES_HEADER] = format_types(types)
     if msg.has_fields():  # one test skips them all for a message that has none
         for name, field in _FIELD_HEADERS:
             value = getattr(msg, field)

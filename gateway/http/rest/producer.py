@@ -11,6 +11,9 @@
   ``expiration`` (absolute, ms since the epoch; wins over ``ttl``), ``priority`` (0-9).
   Without either, ``producer_time_to_live`` applies.  The expiry time must fit the store's
   signed 64-bit milliseconds (400 otherwise).
+- ``/queues/site-b::orders/create`` stores the message for the bridge to node ``site-b``
+  (as a STOMP SEND to ``site-b::orders``); without a bridge to that node it is
+  dead-lettered with reason ``unknown_node``, as over STOMP.
 - A durable message is answered only once it is on disk (a repeat: once everything before
   it is).  An address over its size limit with BLOCK holds the answer until there is room;
   with FAIL the answer is 503 naming the address.
@@ -51,7 +54,7 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     svc = request.app[SERVICE]
     engine = svc.engine
     cfg = svc.cfg
-    paths = svc.destination(request)
+    paths = svc.destination(request, send=True)  # node::queue: store-and-forward
     address = paths.name
     routing = ANYCAST if paths.kind == QUEUES else MULTICAST
     session = await svc.session_of(request)

@@ -5,7 +5,8 @@ is the multicast address ``name`` (STOMP ``/topic/name``).  A name that does not
 is served when the address settings let it be auto-created (as a STOMP SEND or SUBSCRIBE
 would create it); it is then created lazily, by the first POST or consumer, never by a GET.
 Otherwise, and when the name is taken by the other kind (or by a topic's subscription queue),
-the answer is 404.  A name REST does not serve (see :mod:`.names`) is 400.
+the answer is 404.  A name REST does not serve (see :mod:`.names`) is 400; ``node::queue``
+is served to producers only.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from waystation.core.session import Session
 from waystation.gateway.http.rest import auth, sessions
 from waystation.gateway.http.rest.errors import fail
 from waystation.gateway.http.rest.links import QUEUES, Links, Paths, kind_of
-from waystation.gateway.http.rest.names import check_name
+from waystation.gateway.http.rest.names import check_name, is_remote
 from waystation.gateway.http.rest.sessions import RequestSessions
 
 if TYPE_CHECKING:
@@ -64,10 +65,20 @@ class RestService:
     def links(self, request: web.Request) -> Links:
         return Links(request, self.cfg.use_link_headers)
 
-    def destination(self, request: web.Request) -> Paths:
-        """The queue or topic named in the URL, or 404 (see the module doc)."""
+    def destination(self, request: web.Request, *, send: bool = False) -> Paths:
+        """The queue or topic named in the URL, or 404 (see the module doc).  ``send``: a
+        send or its discovery, which may name ``node::queue`` (stored here, forwarded by the
+        bridge to that node, as a STOMP SEND does); anything else naming one is a 400."""
         kind = kind_of(request)
-        name = check_name(request.match_info["name"], "destination")
+        name = check_name(request.match_info["name"], "destination", remote=send)
+        if is_remote(name):
+            if kind != QUEUES:
+                raise fail(
+                    web.HTTPBadRequest,
+                    f"{name!r} names another node: store-and-forward goes through "
+                    f"/queues/{name}/create (the remote node routes it as its own address)",
+                )
+            return Paths(kind, name)
         if kind == QUEUES:
             self.check_queue(name)
         else:
