@@ -175,7 +175,7 @@ def warnings(config: Config) -> list[str]:
                 out.append(
                     (("acceptors", name), f"listens on {endpoint.host} with security disabled")
                 )
-    bridged = {b.remote_node for b in config.bridges}
+    bridged = {b.remote_node for b in config.bridges} | {r.node for r in config.routes}
     for i, divert in enumerate(config.diverts):
         node = divert.remote_node
         if node is not None and node != config.node.name and node not in bridged:

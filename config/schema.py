@@ -36,6 +36,7 @@ from waystation.config.listeners import (
     StompAcceptor,
     TlsConfig,
 )
+from waystation.config.routes import Routes
 from waystation.config.routing import (
     AddressSettingsConfig,
     DivertConfig,
@@ -201,6 +202,10 @@ class Config(Section):
         default_factory=list, description="Divert rules; loops are refused."
     )
     bridges: list[BridgeConfig] = Field(default_factory=list, description="Links to other nodes.")
+    routes: Routes = Field(
+        default_factory=list,
+        description="Nodes reached through a bridged node: 'node::x' goes via that node.",
+    )
     users: list[UserConfig] = Field(default_factory=list, description="Accounts.")
     permissions: list[PermissionConfig] = Field(
         default_factory=list, description="Grants per address pattern."

@@ -75,6 +75,7 @@ class EngineConfig:
     topics: list[str] = field(default_factory=list)
     diverts: list[DivertSpec] = field(default_factory=list)
     remote_nodes: set[str] = field(default_factory=set)
+    routes: dict[str, str] = field(default_factory=dict)  # destination node -> next hop
     wildcard_routing: bool = True
     expiry_scan_period: float = 1.0
     duplicate_cache_size: int = DEFAULTS.duplicate_cache_size or 0  # where no pattern sets one
@@ -167,6 +168,7 @@ class Engine:
             data_dir=cfg.data_dir,
             wildcard_routing=cfg.wildcard_routing,
             remote_nodes=cfg.remote_nodes,
+            routes=cfg.routes,
             loop=loop,
         )
         for rec in state.queues:

@@ -94,6 +94,7 @@ class PostOffice:
         data_dir: Path | None = None,
         wildcard_routing: bool = True,
         remote_nodes: set[str] | None = None,
+        routes: dict[str, str] | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.node_name = node_name
@@ -104,6 +105,7 @@ class PostOffice:
         self.data_dir = data_dir
         self.wildcard_routing = wildcard_routing
         self.remote_nodes = set(remote_nodes or ())
+        self.routes = dict(routes or {})  # destination node -> next hop (a bridged node)
         self.loop = loop or asyncio.get_event_loop()
         self.queues: dict[str, Queue] = {}
         self.by_id: dict[int, Queue] = {}
@@ -617,14 +619,21 @@ class PostOffice:
         return [self.create_queue(address, address, ANYCAST, durable=True, auto_created=True)]
 
     def _route_remote(self, msg: Message, node: str, address: str, ops: list[Op]) -> bool:
-        """``node::address``: into the store-and-forward queue for that node."""
-        if node not in self.remote_nodes:
-            self.dead_letter_message(msg, UNKNOWN_NODE, f"no bridge to node {node!r}", ops)
+        """``node::address``: into the store-and-forward queue for that node, or for the next
+        hop of its route, keeping the full name there so the next node routes it on."""
+        hop = node if node in self.remote_nodes else self.routes.get(node)
+        if hop is None or hop not in self.remote_nodes:
+            why = (
+                f"no bridge to node {node!r}"
+                if hop is None
+                else f"no bridge to {hop!r} (route to {node!r})"
+            )
+            self.dead_letter_message(msg, UNKNOWN_NODE, why, ops)
             return msg.durable
         ann = msg.annotations
-        ann[ROUTE_TO_NODE] = node
-        ann.setdefault(ORIGINAL_ADDRESS, address)
-        msg.address = SF_PREFIX + node
+        ann[ROUTE_TO_NODE] = hop
+        ann.setdefault(ORIGINAL_ADDRESS, address if hop == node else f"{node}::{address}")
+        msg.address = SF_PREFIX + hop
         self._ensure_anycast(msg.address)
         return self._route_local(msg, ops)
 

@@ -36,6 +36,7 @@ def engine_config(cfg: Config) -> EngineConfig:
             for d in cfg.diverts
         ],
         remote_nodes=remote,
+        routes={r.node: r.via for r in cfg.routes},
         wildcard_routing=cfg.node.wildcard_routing,
         expiry_scan_period=cfg.node.message_expiry_scan_period.total_seconds(),
         duplicate_cache_size=cfg.node.id_cache_size,

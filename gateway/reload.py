@@ -6,10 +6,10 @@ Applied live: users, roles and permissions (new logins and checks use them; a co
 keeps the roles it logged in with), address settings (every queue takes them up), queues
 and topics added, diverts added, removed or changed, bridges added, removed or changed
 (a changed bridge is stopped and started again; what it had not forwarded waits in its
-store-and-forward queue), the ``[logging]`` table and ``node.log_level``.  Not applied,
-logged as needing a restart: listeners, the rest of the node table, limits and the event
-log.  Queues removed from the file are kept (they may hold
-messages): delete them with the admin API.
+store-and-forward queue), routes (messages sent from then on take them), the ``[logging]``
+table and ``node.log_level``.  Not applied, logged as needing a restart: listeners, the rest
+of the node table, limits and the event log.  Queues removed from the file are kept (they
+may hold messages): delete them with the admin API.
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ async def reload(node: Node, path: str | None) -> list[str]:
         if old_bridges.get(name) != b:
             await node.bridges.add(b)
             done.append(f"bridge {name!r} {'restarted' if name in old_bridges else 'added'}")
+    if old.routes != new.routes:  # after the bridges: a new route may lead through a new one
+        engine.post.routes = dict(ecfg.routes)
+        done.append(f"routes replaced ({len(new.routes)} in the file)")
     for key in RESTART_ONLY:
         if getattr(old, key) != getattr(new, key):
             done.append(f"[{key}] changed: applies at the next restart")
