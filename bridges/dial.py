@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from waystation.bridges.proxy import open_tunnel
 from waystation.client.tunnel import open_tunnel_connection
-from waystation.client.websocket import open_websocket_connection
+from waystation.client.websocket import STOMP_SUBPROTOCOLS, open_websocket_connection
 
 READ_CHUNK = 256 * 1024
 TLS_SCHEMES = ("tls", "wss", "https", "amqps")
@@ -74,7 +75,10 @@ class Target:
 
 
 async def dial(
-    target: Target, retry_for: float = 30.0
+    target: Target,
+    retry_for: float = 30.0,
+    protocol: str = "stomp",
+    subprotocols: Sequence[str] = STOMP_SUBPROTOCOLS,
 ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     """Open the byte stream to ``target`` by its scheme; the caller applies the timeout.
 
@@ -82,11 +86,16 @@ async def dial(
     ws/wss: a WebSocket (through the proxy when there is one).  http/https: the HTTP tunnel,
     whose requests pass proxies that allow nothing but plain requests; it rides out a proxy
     restart by retrying for up to ``retry_for`` seconds (a link passes its liveness timeout:
-    past that it would be declared dead and redialled anyway)."""
+    past that it would be declared dead and redialled anyway).  ``protocol`` (the tunnel's)
+    and ``subprotocols`` (the WebSocket's) name what the stream carries (the relay: any)."""
     ctx = target.ssl_context()
     if target.scheme in ("ws", "wss"):
         return await open_websocket_connection(
-            target.url, proxy=target.proxy_url, proxy_auth=target.proxy_auth, ssl=ctx
+            target.url,
+            subprotocols=subprotocols,
+            proxy=target.proxy_url,
+            proxy_auth=target.proxy_auth,
+            ssl=ctx,
         )
     if target.scheme in ("http", "https"):
         return await open_tunnel_connection(
@@ -94,7 +103,7 @@ async def dial(
             proxy=target.proxy_url,
             proxy_auth=target.proxy_auth,
             ssl=ctx,
-            protocol="stomp",
+            protocol=protocol,
             retry_for=retry_for,
         )
     if target.proxy_host:

@@ -20,12 +20,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl as ssl_mod
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from waystation.client.tunnel import open_tunnel_connection
-from waystation.client.websocket import STOMP_SUBPROTOCOLS, open_websocket_connection
+from waystation.client.websocket import STOMP_SUBPROTOCOLS
 
 log = logging.getLogger("waystation.relay")
 
@@ -129,11 +127,6 @@ class RelaySpec:
         path = p.path if p.path not in ("", "/") else default
         return f"{scheme}://{p.netloc}{path}"
 
-    def ssl_context(self) -> ssl_mod.SSLContext | None:
-        if urlsplit(self.to).scheme.lower() in ("https", "wss", "tls"):
-            return ssl_mod.create_default_context(cafile=self.tls_ca)
-        return None
-
     def __str__(self) -> str:
         via = f" via proxy {self.proxy_url}" if self.proxy else ""
         return (
@@ -143,45 +136,25 @@ class RelaySpec:
 
 
 async def open_upstream(spec: RelaySpec) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """One upstream byte stream to the remote node, as ``spec.via`` says."""
-    from waystation.bridges.proxy import open_tunnel  # CONNECT; bridges import client
+    """One upstream byte stream to the remote node, as ``spec.via`` says: the bridges' own
+    dialling (tunnel, WebSocket, or a socket through CONNECT), carrying ``spec.protocol``."""
+    from waystation.bridges.dial import Target, dial  # bridges import client, not the reverse
 
-    url, ctx = spec.upstream_url(), spec.ssl_context()
-    if spec.via == "tunnel":
-        return await open_tunnel_connection(
-            url,
-            proxy=spec.proxy_url,
-            proxy_auth=spec.proxy_auth,
-            ssl=ctx,
-            protocol=spec.protocol,
-            retry_for=spec.retry_for,
-        )
-    if spec.via == "ws":
-        return await open_websocket_connection(
-            url,
-            subprotocols=SUBPROTOCOLS[spec.protocol],
-            proxy=spec.proxy_url,
-            proxy_auth=spec.proxy_auth,
-            ssl=ctx,
-        )
-    p = urlsplit(url)
-    host, port = p.hostname or "", p.port or 0
-    if spec.proxy is None:
-        return await asyncio.open_connection(
-            host, port, ssl=ctx, server_hostname=host if ctx else None
-        )
-    auth = spec.proxy_auth or (None, None)
-    proxy = urlsplit(spec.proxy)
-    reader, writer = await open_tunnel(
-        proxy.hostname or "", proxy.port or 0, host, port, auth[0], auth[1]
+    up = urlsplit(spec.upstream_url())
+    proxy = urlsplit(spec.proxy) if spec.proxy else None
+    user, password = spec.proxy_auth or (None, None)
+    target = Target(
+        up.hostname or "",
+        up.port or 0,
+        proxy.hostname if proxy else None,
+        (proxy.port or 0) if proxy else 0,
+        user,
+        password,
+        scheme=up.scheme,
+        tls_ca=spec.tls_ca,
+        path=up.path,
     )
-    if ctx is not None:  # TLS end to end, inside the proxy's tunnel
-        try:
-            await writer.start_tls(ctx, server_hostname=host)
-        except BaseException:
-            writer.close()
-            raise
-    return reader, writer
+    return await dial(target, spec.retry_for, spec.protocol, SUBPROTOCOLS[spec.protocol])
 
 
 async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
