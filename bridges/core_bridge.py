@@ -58,7 +58,6 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from waystation.bridges.dial import Target
 from waystation.bridges.link import BridgeLink
 from waystation.bridges.redial import (
     CONNECTED,
@@ -68,7 +67,9 @@ from waystation.bridges.redial import (
     Redialing,
     link_options,
 )
+from waystation.bridges.reverse import ReverseReceiver
 from waystation.bridges.spec import BridgeSpec
+from waystation.bridges.stomp_link import StompLink
 from waystation.core.consumer import Consumer, ConsumerError, Delivery
 from waystation.core.divert import Transformer, load_transformer
 from waystation.core.events import FORWARDED, emit_message
@@ -255,7 +256,7 @@ class CoreBridge(Redialing):
             self._release()
             self._set_state(STOPPED)
 
-    async def _serve(self, link: BridgeLink, target: Target) -> None:
+    async def _serve(self, link: BridgeLink, target: object) -> None:
         link.on_confirmed = self._on_confirmed
         link.on_refused = self._on_refused
         self._conn += 1
@@ -265,6 +266,8 @@ class CoreBridge(Redialing):
         self.url = str(target)
         started = time.monotonic()
         self._set_state(CONNECTED)
+        if self.spec.two_way and self._session is not None:
+            self._receive_back(link)
         self._pump()
         try:
             reason = await asyncio.shield(link.closed)
@@ -281,6 +284,11 @@ class CoreBridge(Redialing):
             len(self._entries),
         )
         await link.wait_closed()
+
+    def _receive_back(self, link: BridgeLink) -> None:
+        """``direction = "both"``: the remote's traffic for this node comes back on this link."""
+        assert isinstance(link, StompLink) and self._session is not None  # (config checks)
+        ReverseReceiver(self.spec.name, self._session, link, self.engine.ids).start()
 
     def _link_lost(self, link: BridgeLink) -> None:
         if self._link is not link:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from waystation.bridges.accepted import AcceptedBridge
 from waystation.bridges.core_bridge import CoreBridge
 from waystation.bridges.foreign import ForeignInbound, ForeignStompBridge
 from waystation.bridges.spec import spec_from_config
@@ -29,6 +30,8 @@ class BridgeManager:
             return ForeignInbound(self.engine, spec)
         if spec.foreign:
             return ForeignStompBridge(self.engine, spec)
+        if spec.accept:
+            return AcceptedBridge(self.engine, spec)
         return CoreBridge(self.engine, spec)
 
     async def add(self, cfg: BridgeConfig) -> None:

@@ -35,6 +35,8 @@ class BridgeSpec:
     in_doubt_timeout: float | None = 300.0
     foreign: str | None = None  # "stomp"/"amqp": the remote is a foreign broker
     inbound: bool = False  # foreign only: consume ``source`` there into forwarding_address
+    two_way: bool = False  # also take the remote's store-and-forward traffic back (STOMP)
+    accept: bool = False  # the remote dials in; forward ``queue`` over its link
     source: str | None = None
     # urls given in the config that this version cannot dial, with the reason
     skipped: list[str] = field(default_factory=list)
@@ -95,5 +97,7 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
         skipped=skipped,
         foreign=cfg.foreign,
         inbound=cfg.direction == "inbound",
+        two_way=cfg.direction == "both",
+        accept=cfg.direction == "accept",
         source=cfg.source,
     )

@@ -36,7 +36,7 @@ from waystation.bridges.link import (
 from waystation.bridges.outgoing import send_frame
 from waystation.bridges.reasons import classify_error
 from waystation.core.message import Message
-from waystation.gateway.stomp.mapping import NODE_HEADER
+from waystation.gateway.stomp.mapping import NODE_HEADER, REVERSE_HEADER
 from waystation.wire.stomp import (
     HEARTBEAT_BYTES,
     Frame,
@@ -48,6 +48,7 @@ from waystation.wire.stomp import (
 log = logging.getLogger("waystation.bridge.link")
 
 PROBE_PREFIX = "ws-probe-"
+REVERSE_ID = "ws-link"  # the subscription id and receipt of a two-way link's SUBSCRIBE
 FLUSH_AT = 64 * 1024
 
 
@@ -73,6 +74,7 @@ class StompLink:
         self.on_confirmed: Confirmed = _ignore_confirmed
         self.on_refused: Refused = _ignore_refused
         self.on_frame: Callable[[Frame], None] = self._bridge_frame
+        self.on_message: Callable[[Frame], None] | None = None  # a two-way link's MESSAGEs
         self.closed: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._send_every = 0.0
         self._last_rx = time.monotonic()
@@ -261,10 +263,30 @@ class StompLink:
     def _bridge_frame(self, frame: Frame) -> None:
         if frame.command == "RECEIPT":
             self.on_confirmed(frame.headers.get("receipt-id", ""))
+        elif frame.command == "MESSAGE" and self.on_message is not None:
+            self.on_message(frame)
         elif frame.command == "ERROR":
             text = error_text(frame)
             rid = frame.headers.get("receipt-id") or None
+            if rid == REVERSE_ID:
+                self.close(f"the remote refused to send traffic back: {text}")
+                return
             self.on_refused(rid, text, classify_error(text))
+
+    def open_reverse(self, on_message: Callable[[Frame], None]) -> None:
+        """Ask the remote node to send its store-and-forward traffic for this node back over
+        this link (``direction = "both"``); each MESSAGE goes to ``on_message``."""
+        self.on_message = on_message
+        self.send_frame(
+            "SUBSCRIBE",
+            {
+                "id": REVERSE_ID,
+                "destination": REVERSE_ID,
+                "ack": "client-individual",
+                REVERSE_HEADER: "back",
+                "receipt": REVERSE_ID,
+            },
+        )
 
     # -- output ---------------------------------------------------------------------------
     def write(self, data: bytes) -> None:

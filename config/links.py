@@ -49,10 +49,10 @@ class BridgeConfig(Section):
         default=None, description="'pkg.module:function' applied before forwarding."
     )
     urls: list[BridgeUrl] = Field(
-        min_length=1,
-        description="Remote endpoints in failover order: tcp://, tls://, ws:// and wss:// "
-        "(path default /stomp), http:// and https:// for the HTTP tunnel (path default /tunnel) "
-        "speak STOMP; amqp:// and amqps:// (TLS) speak AMQP 1.0.",
+        default_factory=list,
+        description='Remote endpoints in failover order (none for direction = "accept"): '
+        "tcp://, tls://, ws:// and wss:// (path default /stomp), http:// and https:// for the "
+        "HTTP tunnel (path default /tunnel) speak STOMP; amqp:// and amqps:// (TLS) speak AMQP 1.0.",
     )
     proxy: ProxyUrl | None = Field(
         default=None,
@@ -115,9 +115,16 @@ class BridgeConfig(Section):
         description='"stomp" for a foreign STOMP broker (ActiveMQ, RabbitMQ), "amqp" for a '
         "foreign AMQP 1.0 broker (RabbitMQ's AMQP 1.0 plugin); false/unset for Waystation.",
     )
-    direction: Annotated[Literal["outbound", "inbound"], choice("outbound", "inbound")] = Field(
+    direction: Annotated[
+        Literal["outbound", "inbound", "both", "accept"],
+        choice("outbound", "inbound", "both", "accept"),
+    ] = Field(
         default="outbound",
-        description='"inbound" (foreign only): consume `source` on the remote into forwarding_address.',
+        description='"outbound": drain `queue` into the remote.  "both": also take the '
+        "remote's store-and-forward traffic for this node back over the same link (a site "
+        'behind a proxy or NAT dials out; the remote has an "accept" entry).  "accept": the '
+        "remote node dials in (no urls); `queue` is forwarded back over its link.  "
+        '"inbound" (foreign only): consume `source` on the remote into forwarding_address.',
     )
     source: str | None = Field(
         default=None,
@@ -178,6 +185,7 @@ class BridgeConfig(Section):
                 )
             if self.foreign == "stomp" and amqp_url:
                 problems.append((("urls", i), 'a foreign "stomp" bridge cannot use an amqp url'))
+        problems += self._direction_problems()
         if self.direction == "inbound":
             if not self.foreign:
                 problems.append((("direction",), 'only a foreign bridge can be "inbound"'))
@@ -211,6 +219,41 @@ class BridgeConfig(Section):
         if problems:
             raise Problems(problems)
         return self
+
+    def _direction_problems(self) -> list[tuple[Loc, str]]:
+        """urls are needed except to accept; links that go both ways are Waystation's own,
+        over STOMP (tcp, tls, ws, wss or the tunnel)."""
+        problems: list[tuple[Loc, str]] = []
+        if self.direction == "accept":
+            for key in ("proxy", "tls_ca", "tls_cert", "user"):
+                if getattr(self, key) is not None:
+                    problems.append(((key,), f'an "accept" bridge dials nothing: remove {key}'))
+            if self.urls:
+                problems.append(
+                    (("urls",), 'an "accept" bridge has no urls: the remote node dials in')
+                )
+            if self.foreign:
+                problems.append(
+                    (("foreign",), 'only a link between Waystation nodes can be "accept"')
+                )
+            return problems
+        if not self.urls:
+            problems.append((("urls",), 'must not be empty (only an "accept" bridge has no urls)'))
+        if self.direction == "both":
+            if self.foreign:
+                problems.append(
+                    (("direction",), 'only a link between Waystation nodes goes "both" ways')
+                )
+            for i, ep in enumerate(self.endpoints()):
+                if ep.scheme in ("amqp", "amqps"):
+                    problems.append(
+                        (
+                            ("urls", i),
+                            'a link going "both" ways speaks STOMP: use tcp, tls, ws, wss, '
+                            "http or https",
+                        )
+                    )
+        return problems
 
     def endpoints(self) -> list[Endpoint]:
         return [parse_url(u, BRIDGE_SCHEMES, path_allowed=True) for u in self.urls]

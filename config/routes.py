@@ -19,7 +19,8 @@ from waystation.config.fields import NodeName, Section
 class RouteConfig(Section):
     node: NodeName = Field(description="Destination node, as in 'node::address'.")
     via: NodeName = Field(
-        description="Next hop: the remote_node of one of this node's Waystation bridges."
+        description="Next hop: the remote_node of one of this node's Waystation bridges "
+        '(any direction but "inbound": a node that dials in is a next hop too).'
     )
 
 
@@ -32,7 +33,7 @@ def _check(routes: list[RouteConfig], info: ValidationInfo) -> list[RouteConfig]
     direct = (
         None
         if bridges is None
-        else {b.remote_node: b.name for b in bridges if not b.foreign and b.direction == "outbound"}
+        else {b.remote_node: b.name for b in bridges if not b.foreign and b.direction != "inbound"}
     )
     problems: list[tuple[Loc, str]] = []
     first: dict[str, int] = {}

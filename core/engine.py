@@ -14,6 +14,7 @@ import logging
 import shutil
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,6 +122,8 @@ class Engine:
         self._sessions_of: Counter[str] = Counter()  # open sessions per user name
         self.retained = RetainedMessages()
         self.client_states = ClientStates()
+        # node name -> the acceptor of links that node dials in (Session.serve_link)
+        self.dial_ins: dict[str, Callable[[Any], None]] = {}
 
     @property
     def limits(self) -> Limits:

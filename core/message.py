@@ -102,6 +102,9 @@ ACTUAL_EXPIRY = "_WS_ACTUAL_EXPIRY"
 GROUP_ID = "_WS_GROUP_ID"  # legacy: a group id given as a property (see Message.group)
 ROUTE_TO_NODE = "_WS_ROUTE_TO_NODE"
 DIVERT_PATH = "_WS_DIVERT_PATH"
+# the nodes that stored and forwarded a message towards another node, in order ("a,b"): a node
+# that finds itself there dead-letters the message as a route loop
+ROUTE_PATH = "_WS_ROUTE_PATH"
 # the destination as the producer named it (e.g. a STOMP SEND's ``destination``), so a
 # consumer can be shown the same string; private: not visible through ``properties``
 # Private annotations: what only adapters read (how AMQP sections arrived, MQTT flags, the

@@ -39,6 +39,7 @@ from waystation.core.message import (
     DEAD_LETTER_REASON,
     ORIGINAL_ADDRESS,
     ORIGINAL_QUEUE,
+    ROUTE_PATH,
     ROUTE_TO_NODE,
     IdGenerator,
     Message,
@@ -46,7 +47,14 @@ from waystation.core.message import (
 )
 from waystation.core.persistence import Persistence, QueueRecord
 from waystation.core.queue import ANYCAST, MULTICAST, AddressUsage, Queue
-from waystation.core.reasons import ADDRESS_FULL, EXPIRED, MAX_DELIVERIES, NO_ROUTE, UNKNOWN_NODE
+from waystation.core.reasons import (
+    ADDRESS_FULL,
+    EXPIRED,
+    MAX_DELIVERIES,
+    NO_ROUTE,
+    ROUTE_LOOP,
+    UNKNOWN_NODE,
+)
 from waystation.core.settings import FullPolicy, Resolved, SettingsRepository
 from waystation.core.store.api import Op, delete
 
@@ -631,11 +639,26 @@ class PostOffice:
             self.dead_letter_message(msg, UNKNOWN_NODE, why, ops)
             return msg.durable
         ann = msg.annotations
+        if hop != node and self._route_loop(msg, node, ops):
+            return msg.durable
         ann[ROUTE_TO_NODE] = hop
         ann.setdefault(ORIGINAL_ADDRESS, address if hop == node else f"{node}::{address}")
         msg.address = SF_PREFIX + hop
         self._ensure_anycast(msg.address)
         return self._route_local(msg, ops)
+
+    def _route_loop(self, msg: Message, node: str, ops: list[Op]) -> bool:
+        """Routes of different nodes can point at each other: a message sent on through a
+        route carries the nodes it passed that way (an annotation here, a property once it
+        crossed a link); one that comes back is dead-lettered as a loop."""
+        path = msg.application_properties.pop(ROUTE_PATH, None) or msg.annotation(ROUTE_PATH)
+        passed = str(path).split(",") if path else []
+        if self.node_name in passed:
+            why = f"route loop: {' -> '.join(passed)} -> {self.node_name} (for {node!r})"
+            self.dead_letter_message(msg, ROUTE_LOOP, why, ops)
+            return True
+        msg.annotations[ROUTE_PATH] = ",".join([*passed, self.node_name])
+        return False
 
     def send(
         self, msg: Message, routing: str | None = None, origin: dict[str, Any] | None = None

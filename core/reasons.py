@@ -11,6 +11,7 @@ EXPIRED = "expired"
 MAX_DELIVERIES = "max-deliveries"
 NO_ROUTE = "no-route"
 UNKNOWN_NODE = "invalid-remote-node"
+ROUTE_LOOP = "route-loop"  # routes sent a message back to a node it already passed
 ADDRESS_FULL = "address-full"
 
 # the consuming client refused the message for good (AMQP rejected, STOMP NACK past the limit)
@@ -39,6 +40,7 @@ __all__ = [
     "REMOTE_AUTHENTICATION",
     "REMOTE_AUTHORIZATION",
     "REMOTE_REJECTED",
+    "ROUTE_LOOP",
     "ROUTING_TIMEOUT",
     "UNKNOWN_NODE",
 ]

@@ -103,6 +103,14 @@ class SecurityManager:
         user = self.users.get(principal.name)
         return user is not None and (user.nodes is None or node in user.nodes)
 
+    def may_take_traffic(self, principal: Principal, node: str) -> bool:
+        """Whether a link logged in as ``principal`` may take what waits here for ``node``
+        (a dialled-in link): only a user bound to that node by name, when security is on."""
+        if not self.enabled or principal is SYSTEM:
+            return True
+        user = self.users.get(principal.name)
+        return user is not None and user.nodes is not None and node in user.nodes
+
     def allowed(self, principal: Principal, permission: Permission, address: str) -> bool:
         if not self.enabled or principal is SYSTEM:
             return True

@@ -228,6 +228,29 @@ class Session:
             raise NotAuthorized(f"user {self.principal.name!r} may not claim to be node {node!r}")
         self.node = node
 
+    def serve_link(self, link: Any) -> None:
+        """Hand the reverse half of a connection a node dialled in (it claimed its name with
+        :meth:`claim_node`) to the bridge that forwards this node's store-and-forward traffic
+        for it (``[[bridges]] direction = "accept"``).  The link is a bridge link (see
+        ``bridges/link.py``) the adapter implements over its own connection."""
+        self._live()
+        node = self.node
+        if node is None:
+            raise NotAuthorized("only a link that names its node (ws-node) may carry traffic back")
+        if not self.engine.security.may_take_traffic(self.principal, node):
+            raise NotAuthorized(
+                f"user {self.principal.name!r} may not take node {node!r}'s traffic: bind the "
+                f'user to it (nodes = ["{node}"])'
+            )
+        acceptor = self.engine.dial_ins.get(node)
+        if acceptor is None:
+            raise RoutingError(
+                f"node {self.engine.node_name!r} takes no dialled-in link from node {node!r}: "
+                f'it needs a [[bridges]] entry with remote_node = "{node}" and '
+                'direction = "accept"'
+            )
+        acceptor(link)
+
     def check_send(self, address: str, routing: str | None = None) -> None:
         """Refuse a send target now (name, permission, auto-create), so an adapter can answer
         before it builds the message.  Results are remembered per target."""

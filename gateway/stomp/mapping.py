@@ -57,6 +57,14 @@ from waystation.core.message import (
 TYPES_HEADER = "ws-types"
 TRACE_HEADER = "ws-trace-id"
 NODE_HEADER = "ws-node"  # CONNECT: the node a link claims to be; CONNECTED: the node answering
+# SUBSCRIBE on a link from another node (that claimed its name): send this node's
+# store-and-forward traffic for it back over the connection (``direction = "both"``); its
+# MESSAGEs are ACKed once stored there, or NACKed with the dead-letter reason in REASON_HEADER
+REVERSE_HEADER = "ws-link"
+REASON_HEADER = "ws-reason"
+# A user's own duplicate id travels on under this name when a link between nodes stamps its
+# own (stable) id as _WS_DUPL_ID
+SOURCE_DUPLICATE_ID = "_WS_SRC_DUPL_ID"
 MESSAGE_ID_HEADER = "amqp-message-id"  # the application's id (as RabbitMQ's STOMP names it)
 
 # header <-> standard string field
@@ -344,15 +352,17 @@ _NOT_FORWARDED = frozenset((ROUTE_TO_NODE, DESTINATION))
 def send_headers(
     msg: Message,
     destination: str,
-    receipt: str,
+    receipt: str | None,
     duplicate_id: str | None,
-    source_duplicate_name: str,
+    source_duplicate_name: str = SOURCE_DUPLICATE_ID,
 ) -> list[tuple[str, str]]:
     """The headers of a bridge's SEND of ``msg`` to another Waystation node: everything
     :func:`message_from_send` on the remote turns back into the same message (types,
     standard fields, trace id, creation time).  ``duplicate_id`` (when given) takes
     ``_WS_DUPL_ID`` and a user's own duplicate id travels as ``source_duplicate_name``."""
-    out: dict[str, str] = {"destination": destination, "receipt": receipt}
+    out: dict[str, str] = {"destination": destination}
+    if receipt is not None:
+        out["receipt"] = receipt
     if duplicate_id is not None:
         out[DUPLICATE_ID] = duplicate_id
     props = msg.application_properties
@@ -384,6 +394,13 @@ def send_headers(
     if all_types:
         out[TYPES_HEADER] = format_types(all_types)
     return list(out.items())
+
+
+def forward_destination(msg: Message, forwarding_address: str | None) -> str:
+    """Where a link to another node sends ``msg``: the forwarding address, else the address
+    it was sent to before store-and-forward, else its own."""
+    orig = msg.annotation(ORIGINAL_ADDRESS)
+    return forwarding_address or (orig if isinstance(orig, str) and orig else msg.address)
 
 
 def _typed_header(

@@ -27,7 +27,13 @@ from waystation.core.transaction import TransactionError
 from waystation.gateway.admission import certificate_subject
 from waystation.gateway.link import Link
 from waystation.gateway.stomp.destinations import format_destination, parse_destination
-from waystation.gateway.stomp.mapping import NODE_HEADER, delivery_headers, message_from_send
+from waystation.gateway.stomp.mapping import (
+    NODE_HEADER,
+    REVERSE_HEADER,
+    delivery_headers,
+    message_from_send,
+)
+from waystation.gateway.stomp.served_link import ServedLink
 from waystation.wire.stomp import (
     Frame,
     Limits,
@@ -130,6 +136,7 @@ class StompSession:
         self._paused_writing = False
         self._blocked_reading = False
         self._authenticating: bytearray | None = None  # input held during a login check
+        self.served: ServedLink | None = None  # a dialled-in node's traffic back (ws-link)
         self.loop = asyncio.get_running_loop()
 
     # -- input ----------------------------------------------------------------------------
@@ -210,6 +217,8 @@ class StompSession:
         self._wrote = True  # the heart-beat timer reads and clears it: no clock call per frame
         self.link.write(data)
 
+    write = _write
+
     def _frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
         self._write(encode_frame(command, headers, body, self.version))
 
@@ -281,6 +290,8 @@ class StompSession:
             self._cleanup()
 
     def _cleanup(self) -> None:
+        if self.served is not None:
+            self.served.ended("connection closed")
         if self._hb_handle is not None:
             self._hb_handle.cancel()
             self._hb_handle = None
@@ -294,11 +305,15 @@ class StompSession:
         self._paused_writing = True
         if self.session is not None:
             self.session.pause()
+        if self.served is not None:
+            self.served.pause_writing()
 
     def resume_writing(self) -> None:
         self._paused_writing = False
         if self.session is not None:
             self.session.resume()
+        if self.served is not None:
+            self.served.resume_writing()
 
     # -- CONNECT ---------------------------------------------------------------------------
     def _on_connect(self, frame: Frame) -> None:
@@ -492,6 +507,9 @@ class StompSession:
             raise StompError(
                 f"invalid ack mode {ack!r}: expected auto, client or client-individual"
             )
+        if h.get(REVERSE_HEADER):
+            self._serve_link(frame, sid)
+            return
         address, routing = parse_destination(dest)
         if h.get("browser") == "true":  # ActiveMQ's queue browser: a look, nothing taken
             self._browse(frame, sid, dest, address, routing)
@@ -523,6 +541,16 @@ class StompSession:
         if self._paused_writing:
             s.consumer.pause()
         self.subs[sid] = s
+        self._receipt(frame)
+
+    def _serve_link(self, frame: Frame, sid: str) -> None:
+        """A node that dialled in asks for what waits here for it (bridges/accepted.py)."""
+        if self.served is not None:
+            raise StompError("this connection already carries traffic back")
+        assert self.session is not None
+        served = ServedLink(self, sid)
+        self.session.serve_link(served)
+        self.served = served
         self._receipt(frame)
 
     def _browse(self, frame: Frame, sid: str, dest: str, address: str, routing: str | None) -> None:
@@ -618,7 +646,22 @@ class StompSession:
             )
         return hit[0], hit[1], key
 
+    def _served_ack(self, frame: Frame) -> bool:
+        """An ACK or NACK of the served link's MESSAGEs: True when it was one."""
+        served = self.served
+        key = frame.headers.get("id")
+        if served is None or key is None or not served.owns(key):
+            return False
+        if frame.command == "ACK":
+            served.acked(key)
+        else:
+            served.nacked(key, frame.headers)
+        self._receipt(frame)
+        return True
+
     def _on_ack(self, frame: Frame) -> None:
+        if self.served is not None and self._served_ack(frame):
+            return
         s, tag, key = self._ack_target(frame)
         txid = frame.headers.get("transaction")
         if txid is not None:
@@ -641,6 +684,8 @@ class StompSession:
     def _on_nack(self, frame: Frame) -> None:
         if self.version == "1.0":
             raise StompError("NACK is not part of STOMP 1.0")
+        if self.served is not None and self._served_ack(frame):
+            return
         s, tag, key = self._ack_target(frame)
         txid = frame.headers.get("transaction")
         if txid is not None:

@@ -161,6 +161,32 @@ def test_a_hop_without_a_way_on_dead_letters_with_the_full_destination(chain: Ch
     assert dead["_WS_ORIG_ADDRESS"] == "site-d::orders"
 
 
+def test_a_route_loop_between_nodes_is_dead_lettered_where_it_closes(tmp_path: Path) -> None:
+    """site-a routes site-c via site-b and site-b routes it back via site-a: the message
+    carries the nodes it passed and is dead-lettered as a loop when it returns to site-a."""
+    b = NodeProcess(tmp_path / "site-b", name="site-b")
+    a = NodeProcess(
+        tmp_path / "site-a",
+        name="site-a",
+        extra_config=bridge_toml("to-site-b", "site-b", [b.stomp_port])
+        + '\n[[routes]]\nnode = "site-c"\nvia = "site-b"\n',
+    )
+    with b.config_path.open("a") as f:  # (site-a's port is known only now)
+        f.write(bridge_toml("to-site-a", "site-a", [a.stomp_port]))
+        f.write('\n[[routes]]\nnode = "site-c"\nvia = "site-a"\n')
+    try:
+        a.start()
+        b.start()
+        assert send_all(a.stomp_port, "site-c::orders", ["looping"]) == ["looping"]
+        (dead,) = dead_letters(a.stomp_port, "route-loop")
+        assert dead["body"] == "looping"
+        assert "route loop: site-a -> site-b -> site-a (for 'site-c')" in dead["_WS_DLQ_DETAIL"]
+        assert "dead-lettered" not in b.log() and "route-loop" not in b.log()
+    finally:
+        for n in (a, b):
+            n.stop()
+
+
 def test_a_route_added_by_reload_applies_to_the_next_message(tmp_path: Path) -> None:
     sites = start_chain(tmp_path, routes="")
     try:
