@@ -41,7 +41,15 @@ class AcceptedBridge(CoreBridge):
         return True
 
     async def start(self) -> None:
-        self.engine.dial_ins[self.spec.remote_node] = self.offer
+        node = self.spec.remote_node
+        held = self.engine.dial_ins.get(node)
+        if held is not None and held != self.offer:
+            # another bridge takes node's links: this one would hold a window of sf.<node>
+            # that no link ever carries
+            self.last_error = f"another bridge already accepts node {node!r}"
+            log.error("bridge %s: not started: %s", self.spec.name, self.last_error)
+            return
+        self.engine.dial_ins[node] = self.offer
         await super().start()
 
     async def stop(self) -> None:

@@ -58,7 +58,7 @@ from collections import deque
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from waystation.bridges.link import BridgeLink
+from waystation.bridges.link import BridgeLink, MessageTooLarge
 from waystation.bridges.redial import (
     CONNECTED,
     CONNECTING,
@@ -73,9 +73,15 @@ from waystation.bridges.stomp_link import StompLink
 from waystation.core.consumer import Consumer, ConsumerError, Delivery
 from waystation.core.divert import Transformer, load_transformer
 from waystation.core.events import FORWARDED, emit_message
+from waystation.core.limits import LimitExceeded
 from waystation.core.message import Message, now_ms
 from waystation.core.queue import ANYCAST
-from waystation.core.reasons import IN_DOUBT_TIMEOUT, REMOTE_AUTHENTICATION, ROUTING_TIMEOUT
+from waystation.core.reasons import (
+    IN_DOUBT_TIMEOUT,
+    MESSAGE_TOO_LARGE,
+    REMOTE_AUTHENTICATION,
+    ROUTING_TIMEOUT,
+)
 from waystation.core.security import SYSTEM
 from waystation.core.session import CreditMode, Outcome, Session, Source
 
@@ -286,9 +292,24 @@ class CoreBridge(Redialing):
         await link.wait_closed()
 
     def _receive_back(self, link: BridgeLink) -> None:
-        """``direction = "both"``: the remote's traffic for this node comes back on this link."""
-        assert isinstance(link, StompLink) and self._session is not None  # (config checks)
-        ReverseReceiver(self.spec.name, self._session, link, self.engine.ids).start()
+        """``direction = "both"``: the remote's traffic for this node comes back on this link,
+        sent here through a session of its own: as ``receive_as`` (that user's permissions
+        apply), else as the node itself.  The session ends with the link."""
+        assert isinstance(link, StompLink)  # (config checks)
+        name = self.spec.receive_as
+        principal = SYSTEM if name is None else self.engine.principal_named(name)
+        if principal is None:  # the user went away in a reload
+            link.close(f"receive_as user {name!r} does not exist")
+            return
+        try:
+            session = self.engine.open_session(
+                principal, SESSION_PROTOCOL, self._session_remote(), f"{self.spec.name}:back"
+            )
+        except LimitExceeded as e:
+            link.close(f"cannot receive as {principal.name!r}: {e}")
+            return
+        link.closed.add_done_callback(lambda _: session.close())
+        ReverseReceiver(self.spec.name, session, link, self.engine.ids).start()
 
     def _link_lost(self, link: BridgeLink) -> None:
         if self._link is not link:
@@ -360,6 +381,9 @@ class CoreBridge(Redialing):
                 continue
             try:
                 frame = self._frame(entry, link)
+            except MessageTooLarge as e:
+                self._give_up(entry, MESSAGE_TOO_LARGE, f"{self.url} cannot take it: {e}")
+                continue
             except Exception as e:  # a transformer bug: this message cannot be sent
                 log.exception("bridge %s: cannot encode message %d", self.spec.name, tag)
                 self._give_up(entry, "transformer-error", repr(e))

@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from waystation.bridges.amqp_link import AmqpLink
 from waystation.bridges.core_bridge import SESSION_PROTOCOL, CoreBridge, _iso
 from waystation.bridges.dial import Target
 from waystation.bridges.link import BridgeLink
@@ -52,11 +51,11 @@ from waystation.bridges.stomp_link import StompLink, error_text
 from waystation.core.message import DEFAULT_PRIORITY, Message, PropertyValue, now_ms
 from waystation.core.security import SYSTEM
 from waystation.core.session import Session
-from waystation.gateway.amqp.mapping import message_from_transfer
 from waystation.gateway.stomp.mapping import TRACE_HEADER
 from waystation.wire.stomp import Frame
 
 if TYPE_CHECKING:
+    from waystation.bridges.amqp_link import AmqpLink
     from waystation.core.engine import Engine
 
 log = logging.getLogger("waystation.bridge")
@@ -179,12 +178,12 @@ class ForeignInbound(Redialing):
         self._progress = False
         self.url = str(target)
         started = time.monotonic()
-        if isinstance(link, AmqpLink):
-            link.on_message = lambda payload, d: self._on_transfer(link, payload, d)
-            link.receive(self.spec.window)
-        else:
-            assert isinstance(link, StompLink)
+        if isinstance(link, StompLink):
             self._subscribe(link)
+        else:  # AMQP (imported with the first AMQP link: proton is big)
+            amqp: AmqpLink = link  # type: ignore[assignment]
+            amqp.on_message = lambda payload, d: self._on_transfer(amqp, payload, d)
+            amqp.receive(self.spec.window)
         self._set_state(CONNECTED)
         try:
             reason = await asyncio.shield(link.closed)
@@ -239,6 +238,8 @@ class ForeignInbound(Redialing):
 
     # -- messages -------------------------------------------------------------------------
     def _on_transfer(self, link: AmqpLink, payload: bytes, d: Any) -> None:
+        from waystation.gateway.amqp.mapping import message_from_transfer
+
         self.received += 1
 
         def build() -> Message:

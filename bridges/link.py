@@ -36,6 +36,11 @@ Confirmed = Callable[[str], None]
 Refused = Callable[[str | None, str, str | None], None]
 
 
+class MessageTooLarge(ValueError):
+    """``BridgeLink.encode``: the remote could not read this message (dead-letter it as
+    message-too-large rather than lose the link on it, again on every resend)."""
+
+
 class ConnectRefused(Exception):
     """The remote refused the connection (STOMP ERROR to CONNECT, AMQP SASL or open refused)."""
 

@@ -7,7 +7,6 @@ import asyncio
 import logging
 import time
 
-from waystation.bridges.amqp_link import AmqpLink
 from waystation.bridges.dial import Target
 from waystation.bridges.link import AMQP_SCHEMES, BridgeLink, ConnectRefused, LinkOptions
 from waystation.bridges.reasons import is_authentication_failure
@@ -35,6 +34,8 @@ async def open_link(target: Target, options: LinkOptions) -> BridgeLink:
     others STOMP).  Raises OSError/TimeoutError when unreachable, ConnectRefused when the
     remote says no."""
     if target.scheme in AMQP_SCHEMES:
+        from waystation.bridges.amqp_link import AmqpLink  # proton: with the first AMQP link
+
         return await AmqpLink.open(target, options)
     return await StompLink.open(target, options)
 

@@ -15,14 +15,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from waystation.bridges.reasons import classify_error
 from waystation.bridges.stomp_link import StompLink
 from waystation.core.limits import LimitExceeded
 from waystation.core.message import now_ms
 from waystation.core.postoffice import AddressFull, RoutingError
+from waystation.core.reasons import (
+    INVALID_REMOTE_DESTINATION,
+    REMOTE_AUTHORIZATION,
+    REMOTE_REJECTED,
+)
 from waystation.core.security import NotAuthorized
 from waystation.core.session import Session, SessionError
 from waystation.gateway.stomp.destinations import parse_destination
@@ -33,13 +38,15 @@ log = logging.getLogger("waystation.bridge")
 
 # headers of the MESSAGE frame itself, not of the message it carries
 _FRAME_HEADERS = frozenset(("subscription", "message-id", "ack", "redelivered"))
-_REFUSALS: tuple[tuple[type[Exception], str], ...] = (
-    (AddressFull, "address full"),
-    (RoutingError, "unknown destination"),
-    (NotAuthorized, "not authorized"),
-    (LimitExceeded, "limit exceeded"),
-    (SessionError, "internal error (session closed)"),
-    (ValueError, "invalid message"),
+PARK_RETRY = 0.5  # seconds between tries of a message refused for a full address
+# what this node refused, by type: the dead-letter reason, or None (passing: end the link).
+# Not classify_error: the text names the address, and "timeout-log" is not a timeout.
+_REFUSALS: tuple[tuple[type[Exception], str, str | None], ...] = (
+    (RoutingError, "unknown destination", INVALID_REMOTE_DESTINATION),
+    (NotAuthorized, "not authorized", REMOTE_AUTHORIZATION),
+    (LimitExceeded, "limit exceeded", REMOTE_REJECTED),
+    (SessionError, "internal error (session closed)", None),
+    (ValueError, "invalid message", REMOTE_REJECTED),
 )
 
 
@@ -52,33 +59,57 @@ class ReverseReceiver:
         self.link = link
         self.ids = ids
         self.received = 0
+        # refused for a full address, and everything behind it (in order, un-ACKed: the
+        # remote's window stops it); tried again every PARK_RETRY, the link goes on
+        self._parked: deque[Frame] = deque()
 
     def start(self) -> None:
         self.link.open_reverse(self.on_message)
 
     def on_message(self, frame: Frame) -> None:
+        if self._parked:  # behind a message waiting for room: keep the order
+            self._parked.append(frame)
+        elif not self._take(frame):
+            self._parked.append(frame)
+            asyncio.get_running_loop().call_later(PARK_RETRY, self._retry)
+
+    def _retry(self) -> None:
+        if self.link.closed.done():  # the remote resends them on the next link
+            self._parked.clear()
+            return
+        while self._parked:
+            if not self._take(self._parked[0]):
+                asyncio.get_running_loop().call_later(PARK_RETRY, self._retry)
+                return
+            self._parked.popleft()
+
+    def _take(self, frame: Frame) -> bool:
+        """Route one MESSAGE (ACK, NACK or end the link); False: its address is full."""
         h = frame.headers
         ack = h.get("ack")
         if not ack:
             self.link.close("protocol error from remote: a MESSAGE without ack on a two-way link")
-            return
+            return True
         session = self.session
         try:
             address, routing = parse_destination(h.get("destination", ""))
             headers = {k: v for k, v in h.items() if k not in _FRAME_HEADERS}
             msg = message_from_send(self.ids(), address, headers, frame.body, now_ms())
             stored = session.send(msg, routing=routing)
-        except tuple(e for e, _ in _REFUSALS) as e:
-            what = next(w for t, w in _REFUSALS if isinstance(e, t))
-            self._refused(ack, f"{what}: {e}")
-            return
+        except AddressFull:
+            return False
+        except tuple(e for e, _, _ in _REFUSALS) as e:
+            what, reason = next((w, r) for t, w, r in _REFUSALS if isinstance(e, t))
+            self._refused(ack, f"{what}: {e}", reason)
+            return True
         self.received += 1
         waits = [f for f in (stored, session.blocked(address)) if f is not None]
         if not waits:
             self._ack(ack)
-            return
+            return True
         done = asyncio.gather(*waits) if len(waits) > 1 else waits[0]
         done.add_done_callback(lambda f: self._settled(ack, f))
+        return True
 
     def _settled(self, ack: str, f: asyncio.Future[Any]) -> None:
         if f.cancelled() or f.exception() is not None:
@@ -91,8 +122,7 @@ class ReverseReceiver:
     def _ack(self, ack: str) -> None:
         self.link.send_frame("ACK", {"id": ack})
 
-    def _refused(self, ack: str, text: str) -> None:
-        reason = classify_error(text)
+    def _refused(self, ack: str, text: str, reason: str | None) -> None:
         if reason is None:
             self.link.close(f"cannot take a message from the remote now: {text}")
             return

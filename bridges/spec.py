@@ -37,6 +37,7 @@ class BridgeSpec:
     inbound: bool = False  # foreign only: consume ``source`` there into forwarding_address
     two_way: bool = False  # also take the remote's store-and-forward traffic back (STOMP)
     accept: bool = False  # the remote dials in; forward ``queue`` over its link
+    receive_as: str | None = None  # two-way: the local user what comes back is sent as
     source: str | None = None
     # urls given in the config that this version cannot dial, with the reason
     skipped: list[str] = field(default_factory=list)
@@ -99,5 +100,6 @@ def spec_from_config(cfg: BridgeConfig) -> BridgeSpec:
         inbound=cfg.direction == "inbound",
         two_way=cfg.direction == "both",
         accept=cfg.direction == "accept",
+        receive_as=cfg.receive_as,
         source=cfg.source,
     )

@@ -120,7 +120,27 @@ def _bridges(config: Config) -> list[Problem]:
         s.name for t in config.topics for s in t.subscriptions
     }
     out: list[Problem] = []
+    drained: dict[str, int] = {}  # queue -> the first Waystation bridge draining it
     for i, bridge in enumerate(config.bridges):
+        if not bridge.foreign:
+            first = drained.setdefault(bridge.queue, i)
+            if first != i and "accept" in (bridge.direction, config.bridges[first].direction):
+                out.append(
+                    (
+                        ("bridges", i, "queue"),
+                        f"[[bridges]][{first}] already drains {bridge.queue!r}: a node that "
+                        'dials in ("accept") is served by one bridge, the only one on its queue',
+                    )
+                )
+        if bridge.receive_as is not None and bridge.receive_as not in {
+            u.name for u in config.users
+        }:
+            out.append(
+                (
+                    ("bridges", i, "receive_as"),
+                    f"no [[users]] entry named {bridge.receive_as!r}",
+                )
+            )
         if bridge.remote_node == config.node.name:
             out.append(
                 (("bridges", i, "remote_node"), f"{bridge.remote_node!r} is this node's own name")

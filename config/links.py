@@ -126,6 +126,12 @@ class BridgeConfig(Section):
         "remote node dials in (no urls); `queue` is forwarded back over its link.  "
         '"inbound" (foreign only): consume `source` on the remote into forwarding_address.',
     )
+    receive_as: str | None = Field(
+        default=None,
+        description='direction = "both": the local user (a [[users]] name) whose permissions '
+        "apply to what the remote sends back, as they would to a bridge logging in here; "
+        "unset: the node's own, unchecked (the remote is trusted like this node's own parts).",
+    )
     source: str | None = Field(
         default=None,
         description='Inbound: the foreign destination to consume: STOMP "/queue/orders", '
@@ -224,6 +230,8 @@ class BridgeConfig(Section):
         """urls are needed except to accept; links that go both ways are Waystation's own,
         over STOMP (tcp, tls, ws, wss or the tunnel)."""
         problems: list[tuple[Loc, str]] = []
+        if self.receive_as is not None and self.direction != "both":
+            problems.append((("receive_as",), 'only a bridge going "both" ways receives'))
         if self.direction == "accept":
             for key in ("proxy", "tls_ca", "tls_cert", "user"):
                 if getattr(self, key) is not None:

@@ -16,19 +16,42 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
+from waystation.bridges.link import LinkOptions, MessageTooLarge
 from waystation.core.message import Message
 from waystation.gateway.stomp.mapping import (
     REASON_HEADER,
     forward_destination,
     send_headers,
 )
-from waystation.wire.stomp import encode_message
+from waystation.wire.stomp import Limits, encode_message
 
 if TYPE_CHECKING:
     from waystation.gateway.stomp.session import StompSession
 
 ACK_PREFIX = "ws-link-"  # ack ids of this link's MESSAGEs, apart from the session's own
 PAUSED = 1 << 40  # write_buffer_size while the transport asked us to stop writing
+READER = LinkOptions().limits  # what the dialling side's StompLink parses
+
+
+def check_fits(frame: bytes, limits: Limits = READER) -> None:
+    """Raise MessageTooLarge unless the other side's parser reads ``frame`` (else it ends
+    the link on it, and the bridge resends it first on every new link)."""
+    head_end = frame.find(b"\n\n")
+    headers = frame.count(b"\n", 0, head_end)
+    if headers > limits.max_headers:
+        raise MessageTooLarge(f"{headers} headers: more than max_headers ({limits.max_headers})")
+    if head_end > limits.max_header_length:  # one line may be too long
+        longest = max(map(len, frame[:head_end].split(b"\n")))
+        if longest > limits.max_header_length:
+            raise MessageTooLarge(
+                f"a header line of {longest} bytes: over max_header_length "
+                f"({limits.max_header_length})"
+            )
+    body = len(frame) - head_end - 3
+    if body > limits.max_body_size or len(frame) > limits.max_frame_size:
+        raise MessageTooLarge(
+            f"a body of {body} bytes: over max_body_size ({limits.max_body_size})"
+        )
 
 
 def _ignore(*_: object) -> None:
@@ -63,7 +86,7 @@ class ServedLink:
             send_headers(msg, forward_destination(msg, forwarding_address), None, duplicate_id)
         )
         destination = headers.pop("destination")
-        return encode_message(
+        frame = encode_message(
             destination,
             confirm_id,
             self.subscription,
@@ -73,6 +96,8 @@ class ServedLink:
             self._stomp.version,
             content_length=True,
         )
+        check_fits(frame)
+        return frame
 
     def forward(self, confirm_id: str, payload: bytes) -> None:
         if not self.closed.done():
@@ -107,7 +132,9 @@ class ServedLink:
     def close(self, reason: str = "closed") -> None:
         """The bridge ends the link: the connection ends with it."""
         if self.ended(reason):
-            self._stomp.fail("link closed", reason)
+            # answers the SUBSCRIBE's receipt: the other side ends the link on it, instead
+            # of taking an ERROR that names no receipt for a refusal of a message it sent
+            self._stomp.fail("link closed", reason, self.subscription)
 
     def ended(self, reason: str) -> bool:
         """The connection is gone (or going): resolve ``closed``; False if it already was."""

@@ -106,6 +106,11 @@ class _Sub:
         self.last_dest = destination
 
 
+async def _all(futures: list[asyncio.Future[None]]) -> None:
+    for f in futures:
+        await f
+
+
 class StompSession:
     def __init__(self, engine: Engine, link: Link, options: StompOptions) -> None:
         self.engine = engine
@@ -477,8 +482,14 @@ class StompSession:
             self._receipt(frame)
             return
         fut = session.send(msg, routing=routing)
-        self._receipt(frame, fut)
         gate = session.blocked(address)
+        if gate is not None and self.served is not None:
+            # a link that carries traffic back: keep reading (its ACKs come this way) and hold
+            # the RECEIPT instead; the dialling bridge's window stops its SENDs
+            waits = [f for f in (fut, gate) if f is not None]
+            fut = asyncio.ensure_future(_all(waits))
+            gate = None
+        self._receipt(frame, fut)
         if gate is not None and not self._blocked_reading:
             self._blocked_reading = True
             self.link.pause_reading()
@@ -547,6 +558,8 @@ class StompSession:
         """A node that dialled in asks for what waits here for it (bridges/accepted.py)."""
         if self.served is not None:
             raise StompError("this connection already carries traffic back")
+        if self.version != "1.2":
+            raise StompError("a link carrying traffic back needs STOMP 1.2")
         assert self.session is not None
         served = ServedLink(self, sid)
         self.session.serve_link(served)

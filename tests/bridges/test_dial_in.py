@@ -16,6 +16,7 @@ from sitekit import (
     bridge_toml,
     check_once_in_order,
     collect,
+    dead_letters,
     send_all,
     toml_value,
     wait_log,
@@ -36,7 +37,7 @@ def accept_toml(remote: str, **options: object) -> str:
 
 
 def dialled_sites(tmp: Path, *, hub_extra: str = "", a_bridge: dict[str, object] | None = None,
-                  accept: bool = True) -> Sites:  # fmt: skip
+                  accept: bool = True, a_extra: str = "") -> Sites:  # fmt: skip
     """The hub (site-b) accepting site-a, a WanProxy in front of it, site-a dialling it."""
     b = NodeProcess(
         tmp / "site-b",
@@ -48,7 +49,7 @@ def dialled_sites(tmp: Path, *, hub_extra: str = "", a_bridge: dict[str, object]
     a = NodeProcess(
         tmp / "site-a",
         name="site-a",
-        extra_config=bridge_toml("to-hub", "site-b", [wan.port], **options),
+        extra_config=bridge_toml("to-hub", "site-b", [wan.port], **options) + a_extra,
     )
     sites = Sites(a, b, [wan])
     try:
@@ -160,6 +161,51 @@ def test_only_a_user_bound_to_the_node_takes_its_traffic(
         s.stop()
 
 
+SECURE_SITE = """
+[security]
+enabled = true
+
+[[users]]
+name = "guest"
+password = "guest"
+roles = ["local"]
+
+[[users]]
+name = "from-hub"
+password = "unused-for-login"
+roles = ["hub"]
+
+[[permissions]]
+match = "#"
+send = ["local"]
+consume = ["local"]
+create_durable_queue = ["local"]
+
+[[permissions]]
+match = "orders"
+send = ["local", "hub"]
+consume = ["local"]
+create_durable_queue = ["local", "hub"]
+"""
+
+
+def test_receive_as_applies_a_local_users_permissions_to_what_comes_back(
+    tmp_path: Path,
+) -> None:
+    """site-a receives the hub's traffic as its user "from-hub", who may send to orders only:
+    what the hub sends to site-a::secret is refused there and dead-lettered at the hub."""
+    s = dialled_sites(tmp_path, a_bridge={"receive_as": "from-hub"}, a_extra=SECURE_SITE)
+    try:
+        wait_log(s.b, r"node site-a dialled in", 20)
+        assert send_all(s.b.stomp_port, "site-a::secret", ["nope"]) == ["nope"]
+        assert send_all(s.b.stomp_port, "site-a::orders", ["fine"]) == ["fine"]
+        (dead,) = dead_letters(s.b.stomp_port, "remote-authorization")
+        assert dead["body"] == "nope" and "not authorized" in dead["_WS_DLQ_DETAIL"]
+        assert collect(s.a.stomp_port, "orders", ["fine"], timeout=20) == ["fine"]
+    finally:
+        s.stop()
+
+
 def _problems(text: str) -> str:
     with pytest.raises(ConfigError) as e:
         parse_config(text)
@@ -178,6 +224,10 @@ def test_config_checks_the_directions() -> None:
     assert 'a link going "both" ways speaks STOMP' in out
     out = _problems(NODE + '[[bridges]]\nname = "b"\nremote_node = "x"\n')
     assert "urls: must not be empty" in out
+    out = _problems(NODE + accept_toml("site-a", receive_as="nobody"))
+    assert 'only a bridge going "both" ways receives' in out
+    out = _problems(NODE + bridge_toml("b", "site-a", [1], direction="both", receive_as="nobody"))
+    assert "receive_as: no [[users]] entry named 'nobody'" in out
     cfg = parse_config(
         NODE + accept_toml("site-a") + '\n[[routes]]\nnode = "site-c"\nvia = "site-a"\n'
     )
