@@ -4,7 +4,9 @@ limit (issue 15: "recovery in bounded memory").
 A node with a bridge to an unreachable site gets ``--backlog`` MiB of persistent messages of
 ``--size`` bytes into ``sf.site-b`` while the address limit is ``--limit`` MiB (PAGE), is
 killed with SIGKILL, and is started again; the peak RSS (VmHWM) of the restarted process is
-compared with the RSS of the same node started on an empty store.
+compared with the RSS of the same node started on an empty store.  "Peak RSS under 2x the
+limit" is read as that growth (restart VmHWM minus the empty node's VmRSS, about 60 MiB of
+interpreter and modules that any node has) being under twice the address limit.
 
     python bench/recovery_memory.py --limit 16 --backlog 160 --size 4096
 """

@@ -202,8 +202,7 @@ class Engine:
         for topic in cfg.topics:
             post.ensure_address(topic, MULTICAST)
         cleanup: list[Op] = []
-        used: set[int] = set()
-        for rid, qid, mid, count in sorted(state.refs):
+        for rid, qid, mid, count in state.refs:  # in rid order, streamed from columns
             q = post.by_id.get(qid)
             msg = state.message(mid) if q is not None else None
             if q is None or msg is None:
@@ -211,10 +210,9 @@ class Engine:
                 state.report.corrupt.append(f"reference {rid} points at a missing {what}; removed")
                 cleanup.append(delete(rid))
                 continue
-            used.add(mid)
             q.add(MessageRef(msg, q, rid, count), dispatch=False)
         state.release()  # every message placed (or paged): its journal files may move now
-        for mid in state.messages.keys() - used:
+        for mid in state.unplaced():  # messages none of whose references was placed
             self.persistence.refcounts.pop(mid, None)
             cleanup.append(delete(mid))
         for rid, address, dup in sorted(state.duplicates):

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from array import array
+from bisect import bisect_left
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +32,7 @@ from waystation.core.store.api import (
     nothing,
     put,
 )
+from waystation.core.store.recovery import RecordTable
 
 log = logging.getLogger("waystation.persistence")
 
@@ -80,15 +83,136 @@ class QueueRecord:
         return QueueRecord(rid, *v)
 
 
+class MessageTable(Mapping[int, Record]):
+    """Recovered message records as columns sorted by id (about 40 bytes a message, not a
+    ``Record`` and a dict entry): where each one is in its journal file, or its bytes when
+    recovery kept it in memory.  A ``Mapping`` of ``Record`` for callers that want one."""
+
+    __slots__ = ("_mids", "_seqs", "_offs", "_sizes", "_inline", "placed", "_sorted", "_next")
+
+    def __init__(self) -> None:
+        self._mids = array("q")
+        self._seqs = array("q")
+        self._offs = array("q")
+        self._sizes = array("q")  # 0: kept in memory, in ``_inline``
+        self._inline: dict[int, bytes] = {}
+        self.placed = bytearray()  # 1 once a reference of the message was placed
+        self._sorted = True
+        self._next = 0  # where find looks first
+
+    def add(self, mid: int, seq: int, offset: int, size: int, data: bytes) -> None:
+        """Message ``mid`` at ``offset`` in journal file ``seq`` (``size`` > 0), or ``data``."""
+        mids = self._mids
+        if mids and mid <= mids[-1]:
+            self._sorted = False
+        mids.append(mid)
+        self._seqs.append(seq)
+        self._offs.append(offset)
+        self._sizes.append(size)
+        if size == 0:
+            self._inline[mid] = data
+
+    def finish(self) -> None:
+        """Sort by id (ids come in increasing order, so this is rarely needed)."""
+        self.placed = bytearray(len(self._mids))
+        if self._sorted:
+            return
+        order = sorted(range(len(self._mids)), key=self._mids.__getitem__)
+        for name in ("_mids", "_seqs", "_offs", "_sizes"):
+            col = getattr(self, name)
+            setattr(self, name, array(col.typecode, [col[i] for i in order]))
+        self._sorted = True
+
+    def find(self, mid: int) -> int:
+        """The row of ``mid``, or -1.  References are placed in about message order, so
+        the row after the last one found is tried first."""
+        mids = self._mids
+        i = self._next
+        if i < len(mids) and mids[i] == mid:
+            self._next = i + 1
+            return i
+        i = bisect_left(mids, mid)
+        if i < len(mids) and mids[i] == mid:
+            self._next = i + 1
+            return i
+        return -1
+
+    def record(self, i: int) -> Record:
+        size = self._sizes[i]
+        if size == 0:
+            return Record(RT_MESSAGE, self._inline[self._mids[i]])
+        return Record(RT_MESSAGE, b"", self._seqs[i], self._offs[i], size)
+
+    def ids(self) -> array[int]:
+        return self._mids
+
+    def __getitem__(self, mid: int) -> Record:
+        i = self.find(mid)
+        if i < 0:
+            raise KeyError(mid)
+        return self.record(i)
+
+    def __contains__(self, mid: object) -> bool:
+        return isinstance(mid, int) and self.find(mid) >= 0
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._mids)
+
+    def __len__(self) -> int:
+        return len(self._mids)
+
+
+class RefTable:
+    """Recovered references ``(rid, queue id, message id, delivery count)`` as columns,
+    iterated in rid order (the order they were made) without a tuple per reference held."""
+
+    __slots__ = ("_rids", "_qids", "_mids", "_counts", "_sorted")
+
+    def __init__(self) -> None:
+        self._rids = array("q")
+        self._qids = array("q")
+        self._mids = array("q")
+        self._counts = array("q")
+        self._sorted = True
+
+    def append(self, rid: int, qid: int, mid: int, count: int) -> None:
+        rids = self._rids
+        if rids and rid <= rids[-1]:
+            self._sorted = False
+        rids.append(rid)
+        self._qids.append(qid)
+        self._mids.append(mid)
+        self._counts.append(count)
+
+    def finish(self) -> None:
+        if self._sorted:
+            return
+        order = sorted(range(len(self._rids)), key=self._rids.__getitem__)
+        for name in ("_rids", "_qids", "_mids", "_counts"):
+            col = getattr(self, name)
+            setattr(self, name, array(col.typecode, [col[i] for i in order]))
+        self._sorted = True
+
+    def message_ids(self) -> array[int]:
+        return self._mids
+
+    def __iter__(self) -> Iterator[tuple[int, int, int, int]]:
+        return zip(self._rids, self._qids, self._mids, self._counts, strict=True)
+
+    def __len__(self) -> int:
+        return len(self._rids)
+
+
 @dataclass(slots=True)
 class RecoveredState:
     """What the store held.  Messages stay undecoded (and large ones in their journal files)
     until :meth:`message` places them, so a backlog far larger than memory can be paged
-    as it is loaded; :meth:`release` when done."""
+    as it is loaded; :meth:`release` when done.  Messages and references are kept as
+    compact columns: a backlog of millions costs tens of bytes a message here."""
 
     queues: list[QueueRecord] = field(default_factory=list)
-    messages: dict[int, Record] = field(default_factory=dict)  # message id -> its record
-    refs: list[tuple[int, int, int, int]] = field(default_factory=list)  # (rid, qid, msg id, count)
+    messages: MessageTable = field(default_factory=MessageTable)  # message id -> its record
+    refs: RefTable = field(default_factory=RefTable)  # (rid, qid, msg id, count), rid order
     duplicates: list[tuple[int, str, str | bytes]] = field(
         default_factory=list
     )  # (rid, address, id)
@@ -100,7 +224,7 @@ class RecoveredState:
     release: Callable[[], None] = nothing
     # a message with several references, decoded once: [message, references still to place]
     _shared: dict[int, list[Any]] = field(default_factory=dict)
-    _refs: dict[int, int] = field(default_factory=dict)  # references per message
+    _refs: dict[int, int] = field(default_factory=dict)  # references per message, when > 1
 
     def message(self, mid: int) -> Message | None:
         """Message ``mid`` for one of its references (None: no such message, or it does
@@ -111,9 +235,11 @@ class RecoveredState:
             if shared[1] <= 0:
                 del self._shared[mid]
             return shared[0]
-        r = self.messages.get(mid)
-        if r is None:
+        table = self.messages
+        i = table.find(mid)
+        if i < 0:
             return None
+        r = table.record(i)
         try:
             msg = Message.decode(self.read(r))
         except StoreError:
@@ -121,10 +247,18 @@ class RecoveredState:
         except Exception as e:  # reported, not loaded; its references are removed
             self.report.corrupt.append(f"record {mid} (type {r.rtype}) does not decode: {e}")
             return None
+        table.placed[i] = 1
         refs = self._refs.get(mid, 1)
         if refs > 1:
             self._shared[mid] = [msg, refs - 1]
         return msg
+
+    def unplaced(self) -> Iterator[int]:
+        """Ids of the messages none of whose references was placed (orphans to delete)."""
+        placed = self.messages.placed
+        for i, mid in enumerate(self.messages.ids()):
+            if not placed[i]:
+                yield mid
 
 
 class Persistence:
@@ -201,14 +335,12 @@ class Persistence:
     def recover(self) -> RecoveredState:
         rec = self.journal.open()
         state = RecoveredState(report=rec.report)
-        records = rec.records
         if self.bindings is not self.journal:
             brec = self.bindings.open()
             try:  # small: read in now, so every record left on disk is the message journal's
                 bound = {rid: Record(r.rtype, brec.read(r)) for rid, r in brec.records.items()}
             finally:
                 brec.release()
-            records = {**bound, **records}
             report = state.report
             report.files += brec.report.files
             report.batches += brec.report.batches
@@ -217,41 +349,83 @@ class Persistence:
             if brec.report.torn_tail:
                 report.torn_tail = f"{report.torn_tail}; " if report.torn_tail else ""
                 report.torn_tail += f"bindings: {brec.report.torn_tail}"
-        max_id = 0
-        read = rec.read
-        for rid, r in records.items():
-            max_id = max(max_id, rid)
-            try:
-                if r.rtype != RT_MESSAGE:
-                    data = read(r)  # what is not a message is small and read now
-                if r.rtype == RT_MESSAGE:
-                    state.messages[rid] = r  # decoded when placed: see RecoveredState
-                elif r.rtype == RT_REF:
-                    ref = _unpack(data)
-                    assert isinstance(ref, list) and len(ref) == 3
-                    state.refs.append((rid, int(ref[0]), int(ref[1]), int(ref[2])))
-                elif r.rtype == RT_QUEUE:
-                    state.queues.append(QueueRecord.decode(rid, data))
-                elif r.rtype == RT_DUPLICATE:
-                    dup = _unpack(data)
-                    assert isinstance(dup, list) and len(dup) == 2
-                    state.duplicates.append((rid, str(dup[0]), dup[1]))
-                elif r.rtype == RT_RETAINED:
-                    state.retained.append((rid, Message.decode(data)))
-                elif r.rtype == RT_STATE:
-                    st = _unpack(data)
-                    assert isinstance(st, list) and len(st) == 3
-                    state.states.append((rid, str(st[0]), str(st[1]), st[2]))
-                else:
-                    state.report.corrupt.append(f"record {rid}: unknown record type {r.rtype}")
-            except StoreError:
-                raise
-            except Exception as e:  # a record that does not decode is reported, not loaded
-                state.report.corrupt.append(f"record {rid} (type {r.rtype}) does not decode: {e}")
+            max_id = self._load(state, bound, rec.read, 0)
+            del bound
+        else:
+            max_id = 0
+        max_id = self._load(state, rec.records, rec.read, max_id)
+        rec.records.clear()  # the journal's own table: no longer needed
         state.max_id = max_id
-        for _, _, mid, _ in state.refs:
-            if mid in state.messages:
-                self.refcounts[mid] = self.refcounts.get(mid, 0) + 1
-        state._refs = {mid: n for mid, n in self.refcounts.items() if n > 1}
+        state.messages.finish()
+        state.refs.finish()
+        refcounts = self.refcounts
+        messages = state.messages
+        for mid in state.refs.message_ids():
+            if mid in refcounts:
+                refcounts[mid] += 1
+            elif messages.find(mid) >= 0:
+                refcounts[mid] = 1
+        state._refs = {mid: n for mid, n in refcounts.items() if n > 1}
         state.read, state.release = rec.read, rec.release
         return state
+
+    @staticmethod
+    def _load(
+        state: RecoveredState,
+        records: Mapping[int, Record],
+        read: Callable[[Record], bytes],
+        max_id: int,
+    ) -> int:
+        """Sort records into ``state``; returns the highest record id seen."""
+        messages = state.messages
+        if isinstance(records, RecordTable):  # columns: no Record per message
+            for rid, rtype, seq, off, size in records.raw():
+                if rid > max_id:
+                    max_id = rid
+                if rtype == RT_MESSAGE:  # decoded when placed: see RecoveredState
+                    if seq:
+                        messages.add(rid, seq, off, size, b"")
+                    else:  # small, in memory
+                        messages.add(rid, 0, 0, 0, records.inline(off, size))
+                else:  # small (in memory) but for the odd large one
+                    if seq:
+                        data = read(Record(rtype, b"", seq, off, size))
+                    else:
+                        data = records.inline(off, size)
+                    _load_other(state, rid, rtype, data)
+            return max_id
+        for rid, r in records.items():
+            if rid > max_id:
+                max_id = rid
+            if r.rtype == RT_MESSAGE:
+                messages.add(rid, r.seq, r.offset, r.size, r.data)
+            else:
+                _load_other(state, rid, r.rtype, read(r))
+        return max_id
+
+
+def _load_other(state: RecoveredState, rid: int, rtype: int, data: bytes) -> None:
+    """A record that is not a message: small, so read and decoded now."""
+    try:
+        if rtype == RT_REF:
+            ref = _unpack(data)
+            assert isinstance(ref, list) and len(ref) == 3
+            state.refs.append(rid, int(ref[0]), int(ref[1]), int(ref[2]))
+        elif rtype == RT_QUEUE:
+            state.queues.append(QueueRecord.decode(rid, data))
+        elif rtype == RT_DUPLICATE:
+            dup = _unpack(data)
+            assert isinstance(dup, list) and len(dup) == 2
+            state.duplicates.append((rid, str(dup[0]), dup[1]))
+        elif rtype == RT_RETAINED:
+            state.retained.append((rid, Message.decode(data)))
+        elif rtype == RT_STATE:
+            st = _unpack(data)
+            assert isinstance(st, list) and len(st) == 3
+            state.states.append((rid, str(st[0]), str(st[1]), st[2]))
+        else:
+            state.report.corrupt.append(f"record {rid}: unknown record type {rtype}")
+    except StoreError:
+        raise
+    except Exception as e:  # a record that does not decode is reported, not loaded
+        state.report.corrupt.append(f"record {rid} (type {rtype}) does not decode: {e}")

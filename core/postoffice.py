@@ -168,6 +168,8 @@ class PostOffice:
             )
 
     def on_acked(self, ref: MessageRef) -> None:
+        if not ref.rid and self.events is None:  # not stored, no event: nothing to do
+            return
         ops: list[Op] = []
         self.ack_ops(ref, ops)
         self.persistence.write(ops, False)

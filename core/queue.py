@@ -36,6 +36,11 @@ log = logging.getLogger("waystation.queue")
 ANYCAST = "anycast"
 MULTICAST = "multicast"
 DEPAGE_BATCH = 1000
+# Per-queue state most queues never use starts shared and empty, and is made on first write:
+# a queue per subscriber (MQTT, STOMP topics) makes an idle queue the per-connection cost.
+_NO_LEVELS: tuple[None, ...] = (None,) * 10  # no message yet: ten Nones, not a list of them
+_NO_ENTRIES: dict[object, object] = {}  # never written to
+_TIMER_SEQ = itertools.count()  # ties in a timer heap keep their order (one count for all)
 
 
 class AddressUsage:
@@ -79,12 +84,12 @@ class Queue:
         "_groups",
         "_levels",
         "_lvq",
+        "_may_expire",
         "_paging_enabled",
         "_rr",
         "_simple",
         "_spill",
         "_timer_handle",
-        "_timer_seq",
         "_timers",
         "address",
         "auto_created",
@@ -98,7 +103,7 @@ class Queue:
         "max_consumers",
         "messages_acked",
         "messages_added",
-        "messages_dead_lettered",
+        "_dead_lettered",
         "messages_expired",
         "name",
         "owner",
@@ -144,13 +149,13 @@ class Queue:
         self.usage = ctx.usage(address)
         # one FIFO per priority, highest first (index 9 - priority); a level is made when a
         # message of its priority first arrives (an idle queue holds ten Nones, not ten deques)
-        self._levels: list[deque[MessageRef] | None] = [None] * 10
+        self._levels: list[deque[MessageRef] | None] = _NO_LEVELS  # type: ignore[assignment]
         self._count = 0
+        self._may_expire = False  # a waiting message may have an expiration (scan needed)
         self._timers: list[tuple[int, int, MessageRef]] = []
-        self._timer_seq = itertools.count()
         self._timer_handle: asyncio.TimerHandle | None = None
-        self._lvq: dict[object, MessageRef] = {}
-        self._groups: dict[str, Consumer] = {}
+        self._lvq: dict[object, MessageRef] = _NO_ENTRIES  # type: ignore[assignment]
+        self._groups: dict[str, Consumer] = _NO_ENTRIES  # type: ignore[assignment]
         self.consumers: list[Consumer] = []
         self._rr = 0
         self._dispatching = False
@@ -161,7 +166,7 @@ class Queue:
         self.messages_added = 0
         self.messages_acked = 0
         self.messages_expired = 0
-        self.messages_dead_lettered: Counter[str] = Counter()  # by reason
+        self._dead_lettered: Counter[str] | None = None  # by reason, made on first use
         self.paused = False  # an operator stopped delivery (messages keep arriving)
         self.deleted = False
 
@@ -170,6 +175,14 @@ class Queue:
     def depth(self) -> int:
         """Messages waiting (in memory, on disk and scheduled), not counting those in flight."""
         return self._count + len(self._timers) + (len(self._spill) if self._spill else 0)
+
+    @property
+    def messages_dead_lettered(self) -> Counter[str]:
+        """Messages dead-lettered from this queue, by reason."""
+        c = self._dead_lettered
+        if c is None:
+            c = self._dead_lettered = Counter()
+        return c
 
     @property
     def in_flight(self) -> int:
@@ -193,7 +206,24 @@ class Queue:
         if msg.scheduled and msg.scheduled > now_ms():
             self._schedule(ref, msg.scheduled)
             return
-        self._enqueue(ref)
+        usage = self.usage
+        if (
+            self._spill is None
+            and self.settings.last_value_key is None
+            and not (self._paging_enabled and usage.memory_bytes >= self.settings.max_size_bytes)
+        ):  # the common case, inline: what ``_enqueue`` does for it
+            p = msg.priority
+            i = 9 - p if 0 <= p <= 9 else (0 if p > 9 else 9)  # min/max: two calls more
+            level = self._levels[i]
+            if level is None:
+                level = self._new_level(i)
+            level.append(ref)
+            self._count += 1
+            usage.memory_bytes += msg.size()
+            if msg.expiration:
+                self._may_expire = True
+        else:
+            self._enqueue(ref)
         if dispatch and self.consumers and not self._dispatch_scheduled:
             # one dispatch pass per loop turn serves every message added in that turn
             self._dispatch_scheduled = True
@@ -211,27 +241,39 @@ class Queue:
                 old = self._lvq.get(lv)
                 if old is not None and old is not ref and self._remove(old):
                     self.ctx.on_replaced(old)
+                if self._lvq is _NO_ENTRIES:
+                    self._lvq = {}
                 self._lvq[lv] = ref
         if not front and (self._spill is not None or self._over_limit()):
             self._spill_ref(ref)
             return
-        i = 9 - min(9, max(0, ref.message.priority))  # (inline: the hot path)
+        p = ref.message.priority  # (inline: the hot path)
+        i = 9 - p if 0 <= p <= 9 else (0 if p > 9 else 9)
         level = self._levels[i]
         if level is None:
-            level = self._levels[i] = deque()
+            level = self._new_level(i)
         if front:
             level.appendleft(ref)
         else:
             level.append(ref)
         self._count += 1
         self.usage.memory_bytes += ref.message.size()
+        if ref.message.expiration:
+            self._may_expire = True
 
     def _level(self, priority: int) -> deque[MessageRef]:
         """The FIFO of ``priority`` (clamped to 0..9), made on first use."""
         i = 9 - min(9, max(0, priority))
         level = self._levels[i]
         if level is None:
-            level = self._levels[i] = deque()
+            level = self._new_level(i)
+        return level
+
+    def _new_level(self, i: int) -> deque[MessageRef]:
+        levels = self._levels
+        if levels is _NO_LEVELS:
+            levels = self._levels = [None] * 10
+        level = levels[i] = deque()
         return level
 
     def _over_limit(self) -> bool:
@@ -281,6 +323,8 @@ class Queue:
             self._level(ref.message.priority).append(ref)
             self._count += 1
             self.usage.memory_bytes += ref.message.size()
+            if ref.message.expiration:
+                self._may_expire = True
         if not len(spill):
             spill.close(delete=True)
             self._spill = None
@@ -288,7 +332,7 @@ class Queue:
 
     # -- timers (scheduled delivery, delayed redelivery) ---------------------------------
     def _schedule(self, ref: MessageRef, at_ms: int) -> None:
-        heapq.heappush(self._timers, (at_ms, next(self._timer_seq), ref))
+        heapq.heappush(self._timers, (at_ms, next(_TIMER_SEQ), ref))
         if self._timers[0][2] is ref:
             self._arm_timer()
 
@@ -390,6 +434,11 @@ class Queue:
             return
         n = len(consumers)
         idle = 0
+        # hot loop: ``ready``, ``_next_ref``, ``_released`` and ``_hand`` inlined (no
+        # last-value key here, so ``_hand`` is the delivery, its event and auto-ack)
+        levels = self._levels
+        usage = self.usage
+        ctx = self.ctx
         while self._count:
             if self._spill is not None and self._count < DEPAGE_BATCH:
                 self._depage()
@@ -400,29 +449,43 @@ class Queue:
                     return
             c = consumers[self._rr]
             self._rr += 1
-            if not c.ready():
+            if (
+                c.paused
+                or c.closed
+                or c.credit == 0
+                or (c.window > 0 and len(c.in_flight) >= c.window)
+            ):
                 idle += 1
                 if idle >= n:
                     return
                 continue
             idle = 0
-            ref = self._next_ref()
-            if ref is None:
+            for level in levels:
+                if level:
+                    break
+            else:
                 return
-            self._released(ref)
+            self._count -= 1
+            ref = level.popleft()
             msg = ref.message
+            usage.memory_bytes -= msg.size()
+            if usage.waiters:
+                ctx.memory_released(usage)
             if msg.expiration and msg.expired():
-                self.ctx.expire(ref)
+                ctx.expire(ref)
                 continue
             if msg.group() is not None:
                 # groups appear: put it back and switch to the selective path
                 self._level(msg.priority).appendleft(ref)
                 self._count += 1
-                self.usage.memory_bytes += msg.size()
+                usage.memory_bytes += msg.size()
                 self._rr -= 1
                 self._dispatch_selective()
                 return
-            self._hand(c, ref)
+            c._deliver(ref)
+            ctx.on_delivered(ref)
+            if c.auto_ack:
+                self.acknowledge(ref, None)
             if len(consumers) != n:
                 n = len(consumers)
                 if not n:
@@ -475,6 +538,8 @@ class Queue:
             if c.filter is None or c.filter.matches(msg):
                 self._rr = (self._rr + i + 1) % max(1, len(self.consumers))
                 if group is not None:
+                    if self._groups is _NO_ENTRIES:
+                        self._groups = {}
                     self._groups[str(group)] = c
                 return c
         return None
@@ -520,9 +585,7 @@ class Queue:
             )
             delay = s.redelivery_delay(ref.delivery_count)
             if delay > 0:
-                heapq.heappush(
-                    self._timers, (now_ms() + int(delay * 1000), next(self._timer_seq), ref)
-                )
+                heapq.heappush(self._timers, (now_ms() + int(delay * 1000), next(_TIMER_SEQ), ref))
                 delayed_any = True
             else:
                 self._enqueue(ref, front=True)
@@ -562,18 +625,30 @@ class Queue:
 
     # -- maintenance ----------------------------------------------------------------------
     def expire_scan(self, now: int) -> int:
-        """Remove expired messages waiting in memory; returns how many."""
+        """Remove expired messages waiting in memory; returns how many.  Skipped while no
+        waiting message has an expiration (a big backlog is not walked every second)."""
+        if not self._may_expire:
+            return 0
         n = 0
+        later = False  # a message that expires later stays: scan again
         for level in reversed(self._levels):  # lowest priority first, as always
             if not level:
                 continue
-            expired = [r for r in level if r.message.expiration and r.message.expiration <= now]
+            expired = []
+            for r in level:
+                e = r.message.expiration
+                if e:
+                    if e <= now:
+                        expired.append(r)
+                    else:
+                        later = True
             for ref in expired:
                 level.remove(ref)
                 self._count -= 1
                 self._released(ref)
                 self.ctx.expire(ref)
                 n += 1
+        self._may_expire = later
         return n
 
     def browse(self, filter: Filter | None = None) -> Iterator[Message]:
@@ -603,7 +678,7 @@ class Queue:
                 refs.extend(map(self._unspill, self._spill.read(DEPAGE_BATCH, 1 << 30)))
             self._spill.close(delete=True)
             self._spill = None
-        self._lvq.clear()
+        self._lvq = _NO_ENTRIES  # type: ignore[assignment]
         return refs
 
     def close(self) -> None:

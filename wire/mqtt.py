@@ -95,6 +95,9 @@ _CODES[7] = _CODES[6]
 _ACK_TYPES: dict[int, type[PubAck | PubRec | PubRel | PubComp]] = {
     4: PubAck, 5: PubRec, 6: PubRel, 7: PubComp,
 }  # fmt: skip
+# The properties of every decoded packet that has none (3.1.1, or none sent): shared, so
+# the hot packets allocate no dict; read-only, like the rest of a decoded packet.
+_NO_PROPS: Properties = {}
 # Raw PUBLISH topic -> the checked topic, shared by all connections (hot topics repeat);
 # only short topics, so the cache stays small (a few MB at most) whatever clients send.
 _TOPICS: dict[bytes, str] = {}
@@ -137,7 +140,9 @@ class MqttParser:
         self.version = MQTT_311 if version is None else version
         self._server = version is None  # reading a client: CONNECT first, then never again
         self._connected = version is not None
-        self._buf = bytearray()  # an incomplete packet
+        # an incomplete packet: b"" (no buffer object) until bytes are left over, a bytearray
+        # only while a packet too big for one read accumulates
+        self._buf: bytes | bytearray = b""
         self._need = 0  # do not parse again until the buffer holds this many bytes
         self._error: MqttError | None = None
 
@@ -147,11 +152,13 @@ class MqttParser:
             raise self._error
         buf = self._buf
         if buf:
-            buf += data
-            if len(buf) < self._need:
+            if len(buf) + len(data) < self._need:
+                if type(buf) is bytes:
+                    buf = self._buf = bytearray(buf)
+                buf += data
                 return []
-            data = bytes(buf)
-            buf.clear()
+            data = b"".join((buf, data))
+            self._buf = b""
         elif type(data) is not bytes:
             data = bytes(data)
         out: list[Packet] = []
@@ -160,10 +167,10 @@ class MqttParser:
         except MqttError as exc:
             exc.packets = out
             self._error = exc
-            buf.clear()
+            self._buf = b""
             raise
         if pos < len(data):
-            buf += memoryview(data)[pos:]
+            self._buf = data[pos:]
         return out
 
     def _ref(self, v5: str, v311: str) -> str:
@@ -203,7 +210,32 @@ class MqttParser:
                 self._need = end - pos
                 return pos
             if ptype == 3:
+                if (b1 == 0x30 or b1 == 0x32) and rl >= 2 and self.version != MQTT_5:
+                    # 3.1.1 QoS 0/1, no DUP or RETAIN, a topic seen before (so checked): the
+                    # hot path, inline; anything else (or anything wrong) goes to ``_publish``
+                    i = s + 2 + ((data[s] << 8) | data[s + 1])
+                    if i + (b1 & 2) <= end:
+                        topic = _TOPICS.get(data[s + 2 : i])
+                        if topic is not None:
+                            if b1 == 0x30:
+                                out.append(
+                                    Publish(topic, data[i:end], 0, False, False, None, _NO_PROPS)
+                                )
+                                pos = end
+                                continue
+                            pid = (data[i] << 8) | data[i + 1]
+                            if pid:
+                                out.append(
+                                    Publish(
+                                        topic, data[i + 2 : end], 1, False, False, pid, _NO_PROPS
+                                    )
+                                )
+                                pos = end
+                                continue
                 out.append(self._publish(b1, data, s, end))
+            elif b1 == 0x40 and rl == 2 and (data[s] or data[s + 1]):
+                # PUBACK, success, no properties: the QoS 1 hot path (``_ack`` for the rest)
+                out.append(PubAck((data[s] << 8) | data[s + 1], 0, _NO_PROPS))
             else:
                 out.append(self._other(ptype, b1, data, s, end))
             pos = end
@@ -253,7 +285,7 @@ class MqttParser:
             i += 2
         if self.version == MQTT_5:
             if i < end and data[i] == 0:
-                props: Properties = {}
+                props: Properties = _NO_PROPS
                 i += 1
             else:
                 props, i = decode_properties(data, i, end, 3)
@@ -264,7 +296,7 @@ class MqttParser:
             if not topic and "topic_alias" not in props:
                 raise ProtocolError(0x82, "empty topic name without a topic alias (spec 3.3.2.1)")
         else:
-            props = {}
+            props = _NO_PROPS
             if not topic:
                 raise ProtocolError(0x90, "[MQTT-4.7.3-1] empty topic name")
         return Publish(topic, data[i:end], qos, bool(b1 & 1), bool(b1 & 8), pid, props)

@@ -282,6 +282,7 @@ class FileJournal:
                 freed.extend(infos.popleft().seqs)
             if freed:
                 w.pending.append(Free(freed))
+                w.plain = False
             self._maybe_compact(w)
         size = self._file_size if HEADER_SIZE + n <= self._file_size else HEADER_SIZE + n
         self._seq = self._next_seq
@@ -290,6 +291,7 @@ class FileJournal:
         self._cur = FileInfo([self._seq])
         infos.append(self._cur)
         w.pending.append(NewFile(self._seq, size, self._spare_target()))
+        w.plain = False
         w.tail = None
 
     def _maybe_compact(self, w: Writer) -> None:
@@ -305,6 +307,7 @@ class FileJournal:
         reserve = 2 * math.ceil(used / cap) + 2 + len(infos)
         old = list(infos)
         w.pending.append(Compact([s for fi in old for s in fi.seqs], self._next_seq, reserve))
+        w.plain = False
         self._next_seq += reserve
         self._compacting = old
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import compress
 from pathlib import Path
+from typing import Any, cast
 
-from waystation.core.store.api import PUT, Record, RecoveryReport, StoreError
+from waystation.core.store.api import DELETE, PUT, Record, RecoveryReport, StoreError
 from waystation.core.store.files import Layout
-from waystation.core.store.index import FileInfo, LiveIndex
+from waystation.core.store.index import Columns, FileInfo, LiveIndex
 from waystation.core.store.segment import (
     BATCH_HDR,
     HEADER_SIZE,
@@ -22,6 +25,7 @@ from waystation.core.store.segment import (
     OP_DEL,
     OP_PUT,
     FileHeader,
+    RawOp,
     Scan,
     decode_ops,
     scan,
@@ -29,6 +33,130 @@ from waystation.core.store.segment import (
 )
 
 log = logging.getLogger(__name__)
+_KEEP = bytes([1, 0]) + bytes(254)  # dropped-row flags -> kept-row flags
+_PUT_SIZE, _DEL_SIZE = OP_PUT.size, OP_DEL.size
+_put_unpack, _del_unpack = OP_PUT.unpack_from, OP_DEL.unpack_from
+Raw = tuple[int, int, int, int, bytes]  # type, file, offset, size (0: in memory), bytes
+
+
+class RecordTable(dict[int, Record]):
+    """The live records of a journal that leaves large records on disk, in rid order.
+
+    The file being replayed keeps its records in the dict itself; :meth:`freeze` then
+    moves them into :class:`Columns` (rid -> type, file, offset, size; a small record's
+    bytes go to one bytearray, file 0), about 40 bytes a record instead of a ``Record``,
+    its ints and a dict entry (about 200), so replaying a backlog of millions of records
+    does not hold millions of objects.  ``Record`` objects are made as they are read.
+    """
+
+    __slots__ = ("_cur", "_cols", "_blob")
+
+    def __init__(self) -> None:
+        super().__init__()  # stays empty: the records are in _cur and _cols
+        self._cur: dict[int, Raw] = {}  # the file being replayed: rid -> raw record
+        self._cols = Columns("qqqq")
+        self._blob = bytearray()
+
+    # ---- replay
+    def put_raw(self, rid: int, rtype: int, seq: int, off: int, size: int, data: bytes) -> None:
+        """A record at ``off`` in file ``seq`` (``size`` > 0), or in memory (``data``)."""
+        if rid <= self._cols.max and (i := self._cols.find(rid)) >= 0:
+            self._cols.drop(i)
+        self._cur[rid] = (rtype, seq, off, size, data)
+
+    def discard(self, rid: int) -> None:
+        if self._cur.pop(rid, None) is None and (i := self._cols.find(rid)) >= 0:
+            self._cols.drop(i)
+
+    def freeze(self) -> None:
+        blob = self._blob
+        rows: list[tuple[int, ...]] = []
+        for rid, (rtype, seq, off, size, data) in sorted(self._cur.items()):
+            if size:
+                rows.append((rid, rtype, seq, off, size))
+            else:
+                rows.append((rid, rtype, 0, len(blob), len(data)))
+                blob += data
+        self._cur.clear()
+        self._cols.add(rows)
+
+    def raw(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """Live records as (rid, type, file, offset, size) in rid order; file 0: the bytes
+        are in memory, see :meth:`inline`."""
+        self.freeze()
+        return self._cols.rows()  # type: ignore[return-value]
+
+    def inline(self, off: int, size: int) -> bytes:
+        return bytes(memoryview(self._blob)[off : off + size])
+
+    # ---- dict[int, Record]
+    def _record(self, rtype: int, seq: int, off: int, size: int) -> Record:
+        if seq == 0:
+            return Record(rtype, self.inline(off, size))
+        return Record(rtype, b"", seq, off, size)
+
+    def _row(self, i: int) -> Record:
+        c = self._cols.cols
+        return self._record(c[0][i], c[1][i], c[2][i], c[3][i])
+
+    @staticmethod
+    def _of(raw: Raw) -> Record:
+        rtype, seq, off, size, data = raw
+        return Record(rtype, b"", seq, off, size) if size else Record(rtype, data)
+
+    def __setitem__(self, rid: int, r: Record) -> None:
+        self.put_raw(rid, r.rtype, r.seq, r.offset, r.size, r.data)
+
+    def pop(self, rid: int, default: Any = None) -> Any:
+        raw = self._cur.pop(rid, None)
+        if raw is not None:
+            return self._of(raw)
+        i = self._cols.find(rid)
+        if i < 0:
+            return default
+        r = self._row(i)
+        self._cols.drop(i)
+        return r
+
+    def __getitem__(self, rid: int) -> Record:
+        raw = self._cur.get(rid)
+        if raw is not None:
+            return self._of(raw)
+        i = self._cols.find(rid)
+        if i < 0:
+            raise KeyError(rid)
+        return self._row(i)
+
+    def get(self, rid: int, default: Any = None) -> Any:
+        try:
+            return self[rid]
+        except KeyError:
+            return default
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._cur or (isinstance(rid, int) and self._cols.find(rid) >= 0)
+
+    def __len__(self) -> int:
+        return len(self._cur) + self._cols.live
+
+    def items(self) -> Iterator[tuple[int, Record]]:  # type: ignore[override]
+        for rid, rtype, seq, off, size in self.raw():
+            yield rid, self._record(rtype, seq, off, size)
+
+    def __iter__(self) -> Iterator[int]:
+        self.freeze()
+        return compress(self._cols.keys, self._cols.gone.translate(_KEEP))
+
+    def keys(self) -> Iterator[int]:  # type: ignore[override]
+        return iter(self)
+
+    def values(self) -> Iterator[Record]:  # type: ignore[override]
+        return (r for _, r in self.items())
+
+    def clear(self) -> None:
+        self._cur.clear()
+        self._cols = Columns("qqqq")
+        self._blob = bytearray()
 
 
 @dataclass
@@ -47,7 +175,7 @@ class State:
 
 
 def replay_file(
-    buf: bytes,
+    buf: bytes | bytearray,
     seq: int,
     records: dict[int, Record],
     index: LiveIndex | None = None,
@@ -57,12 +185,16 @@ def replay_file(
     """Apply the valid batches of one file; returns the scan and how many batches applied.
     Records larger than ``leave_over`` bytes (>= 0) are left on disk: only where they are
     is kept (:class:`Record`), so recovery holds no more than one file's bytes at a time."""
-    found = scan(buf, seq)
+    found = scan(cast(bytes, buf), seq)  # reads it like bytes
     view = memoryview(buf)
     applied = 0
+    table = records if isinstance(records, RecordTable) and leave_over >= 0 else None
     for start, end in found.batches:
         try:
-            ops = decode_ops(view[start:end])
+            if table is not None:
+                _apply_left(view[start:end], start, seq, leave_over, table, index, fi)
+            else:
+                _apply(decode_ops(view[start:end]), start, seq, leave_over, records, index, fi)
         except ValueError as exc:  # CRC-valid but undecodable: treat like damage
             found.damaged.append((start, end - start))
             log.error("journal file seq %d: undecodable batch at %d: %s", seq, start, exc)
@@ -70,24 +202,78 @@ def replay_file(
         applied += 1
         if fi is not None:
             fi.used += end - start + BATCH_HDR.size
-        pos = start  # where the next op starts in the file
-        for kind, rid, rtype, data in ops:
-            if kind == PUT:
-                n = len(data)
-                pos += OP_PUT.size
-                if 0 <= leave_over < n:
-                    records[rid] = Record(rtype, b"", seq, pos, n)
-                else:
-                    records[rid] = Record(rtype, data)
-                pos += n
-                if index is not None and fi is not None:
-                    index.put(rid, OP_PUT.size + n, fi)
-            else:
-                pos += OP_DEL.size
-                records.pop(rid, None)
-                if index is not None:
-                    index.delete(rid)
     return found, applied
+
+
+def _apply(
+    ops: list[RawOp],
+    pos: int,
+    seq: int,
+    leave_over: int,
+    records: dict[int, Record],
+    index: LiveIndex | None,
+    fi: FileInfo | None,
+) -> None:
+    """Apply one decoded batch that starts at ``pos`` in file ``seq``."""
+    for kind, rid, rtype, data in ops:
+        if kind == PUT:
+            n = len(data)
+            pos += _PUT_SIZE
+            if 0 <= leave_over < n:
+                records[rid] = Record(rtype, b"", seq, pos, n)
+            else:
+                records[rid] = Record(rtype, data)
+            pos += n
+            if index is not None and fi is not None:
+                index.put(rid, _PUT_SIZE + n, fi)
+        else:
+            pos += _DEL_SIZE
+            records.pop(rid, None)
+            if index is not None:
+                index.delete(rid)
+
+
+def _apply_left(
+    payload: memoryview,
+    start: int,
+    seq: int,
+    leave_over: int,
+    table: RecordTable,
+    index: LiveIndex | None,
+    fi: FileInfo | None,
+) -> None:
+    """Apply one batch (payload at ``start`` in file ``seq``) into a record table, copying
+    only the data of records kept in memory: a large record is never copied out of the
+    file buffer.  The batch is checked whole first (ValueError: none of it applied)."""
+    ops: list[tuple[int, int, int, int, int]] = []  # kind, rid, type, data offset, size
+    pos, end = 0, len(payload)
+    while pos < end:
+        kind = payload[pos]
+        if kind == PUT:
+            _, rid, rtype, n = _put_unpack(payload, pos)
+            pos += _PUT_SIZE
+            ops.append((PUT, rid, rtype, pos, n))
+            pos += n
+        elif kind == DELETE:
+            _, rid = _del_unpack(payload, pos)
+            pos += _DEL_SIZE
+            ops.append((DELETE, rid, 0, 0, 0))
+        else:
+            raise ValueError(f"bad op kind {kind} at payload offset {pos}")
+    if pos != end:
+        raise ValueError("op overruns its batch")
+    for kind, rid, rtype, off, n in ops:
+        if kind == PUT:
+            if leave_over < n:
+                table.put_raw(rid, rtype, seq, start + off, n, b"")
+            else:
+                table.put_raw(rid, rtype, 0, 0, 0, bytes(payload[off : off + n]))
+            if index is not None and fi is not None:
+                index.put(rid, _PUT_SIZE + n, fi)
+        else:
+            table.discard(rid)
+            if index is not None:
+                index.delete(rid)
 
 
 def _finish_compaction(layout: Layout) -> int:
@@ -149,7 +335,8 @@ def recover(layout: Layout, file_size: int, leave_over: int = -1) -> State:
             spares.append(path)
         else:
             path.unlink()
-    state = State({}, report, LiveIndex(), [])
+    records = RecordTable() if leave_over >= 0 else {}
+    state = State(records, report, LiveIndex(), [])
     state.next_seq = seq_floor + 1
     for seq, path in data.items():  # names follow headers
         if path != layout.data_path(seq):
@@ -164,17 +351,40 @@ def recover(layout: Layout, file_size: int, leave_over: int = -1) -> State:
             os.rename(path, spares[i])
     state.spares = spares
     order = sorted(data)
+    buf = bytearray()  # one buffer for every file: no 10 MiB garbage per file
     for seq in order:
-        _replay_one(state, data[seq], seq, seq == order[-1], leave_over)
+        buf = _replay_one(state, data[seq], seq, seq == order[-1], leave_over, buf)
     state.report.files = len(order)
     state.report.records = len(state.records)
     return state
 
 
-def _replay_one(state: State, path: Path, seq: int, last: bool, leave_over: int) -> None:
-    buf = path.read_bytes()
+def _read_into(path: Path, buf: bytearray) -> bytearray:
+    """The file's bytes, in ``buf`` when it has the file's size (data files mostly do)."""
+    with open(path, "rb", buffering=0) as f:
+        size = os.fstat(f.fileno()).st_size
+        if len(buf) != size:
+            buf = bytearray(size)
+        view, got = memoryview(buf), 0
+        while got < size:
+            n = f.readinto(view[got:])
+            if not n:
+                raise StoreError(f"{path.name} shrank while it was read")
+            got += n
+        view.release()
+    return buf
+
+
+def _replay_one(
+    state: State, path: Path, seq: int, last: bool, leave_over: int, buf: bytearray
+) -> bytearray:
+    buf = _read_into(path, buf)
     fi = FileInfo([seq])
     found, applied = replay_file(buf, seq, state.records, state.index, fi, leave_over)
+    cap = len(buf)
+    state.index.freeze()  # this file's records into compact columns
+    if isinstance(state.records, RecordTable):
+        state.records.freeze()
     state.infos.append(fi)
     state.report.batches += applied
     for off, n in found.damaged:
@@ -199,4 +409,5 @@ def _replay_one(state: State, path: Path, seq: int, last: bool, leave_over: int)
             state.report.corrupt.append(msg)
     if last:
         state.last_end = found.end
-        state.last_cap = len(buf)
+        state.last_cap = cap
+    return buf

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 INLINE_SYNC_LIMIT = 0.001
 # a bigger group means a busy loop: the thread's fsync then overlaps the loop's work
 INLINE_MAX_WAITERS = 2
+_TRAILER_SIZE = len(TRAILER)
+_clock = time.monotonic
 
 
 @dataclass(slots=True)
@@ -101,6 +103,7 @@ class Writer:
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
         self.pending: list[Command] = []
+        self.plain = True  # pending holds nothing but Data (the loop clears it for the rest)
         self.tail: bytearray | None = None  # buffer of the last Data still in pending
         self.futs: list[asyncio.Future[None]] = []
         self.want_sync = False
@@ -142,19 +145,20 @@ class Writer:
         wake-ups per group.  Only while the writer thread is idle, the group is small and
         holds nothing but data, and recent fsyncs were quick; returns False to leave it to
         the thread."""
-        with self.cond:
+        with self.lock:
             if not self.idle or self.closing or self.error is not None:
                 return False
-            if not self.pending and not self.futs:
+            futs = self.futs
+            if not self.pending and not futs:
                 return True
             if (
-                len(self.futs) > INLINE_MAX_WAITERS
+                len(futs) > INLINE_MAX_WAITERS
                 or self.sync_ewma > INLINE_SYNC_LIMIT
-                or not all(type(i) is Data for i in self.pending)
+                or not self.plain
             ):
                 return False
             items, self.pending, self.tail = self.pending, [], None
-            futs, self.futs = self.futs, []
+            self.futs = []
             want_sync, self.want_sync = self.want_sync, False
             err: StoreError | None = None
             written: list[Data] = []
@@ -168,7 +172,12 @@ class Writer:
             except Exception as exc:
                 err = self.error = self._failed(exc, written)
             self.groups += 1
-        _settle(futs, err)
+        if err is None:
+            for f in futs:  # _settle, inlined: this runs once per synchronous send
+                if not f.done():
+                    f.set_result(None)
+        else:
+            _settle(futs, err)
         return True
 
     # ---- writer thread
@@ -180,6 +189,7 @@ class Writer:
                     self.cond.wait()
                 self.idle = False
                 items, self.pending, self.tail = self.pending, [], None
+                self.plain = True
                 futs, self.futs = self.futs, []
                 want_sync, self.want_sync = self.want_sync, False
                 closing = self.closing
@@ -235,10 +245,12 @@ class Writer:
             self._start_compaction(item)
 
     def _write(self, item: Data) -> None:
-        fd = self.fds[item.seq]
+        seq = item.seq
+        fd = self.fds[seq]
         end = item.off + len(item.buf)
         # the zero trailer marks the end of data for the next recovery
-        trailer = TRAILER[: max(0, min(len(TRAILER), self.caps[item.seq] - end))]
+        room = self.caps[seq] - end
+        trailer = TRAILER if room >= _TRAILER_SIZE else TRAILER[: max(0, room)]
         n = os.pwritev(fd, [item.buf, trailer], item.off)
         if n < len(item.buf) + len(trailer):  # short write: finish it
             rest = memoryview(bytes(item.buf) + trailer)[n:]
@@ -246,17 +258,18 @@ class Writer:
             while rest:
                 k = os.pwrite(fd, rest, off)
                 rest, off = rest[k:], off + k
-        self.dirty.add(item.seq)
+        self.dirty.add(seq)
 
     def _sync_dirty(self) -> None:
-        for seq in sorted(self.dirty):
-            t0 = time.monotonic()
+        dirty = self.dirty
+        for seq in sorted(dirty) if len(dirty) > 1 else dirty:
+            t0 = _clock()
             os.fdatasync(self.fds[seq])
-            took = time.monotonic() - t0
+            took = _clock() - t0
             self.sync_ewma = 0.8 * self.sync_ewma + 0.2 * took
             self.sync_times.observe(took)
             self.fsyncs += 1
-        self.dirty.clear()
+        dirty.clear()
 
     def _new_file(self, item: NewFile) -> None:
         if self.sync:  # older files durable first: recovery then sees a prefix of batches

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections import deque
 from typing import TYPE_CHECKING
 
@@ -26,12 +27,30 @@ from waystation.gateway.mqtt.mapping import FLAGS, QOS2, RETAIN, delivery_proper
 from waystation.gateway.mqtt.topics import address_to_topic
 from waystation.wire.mqtt import MQTT_5, MQTT_311, PubAck, PubComp, Publish, PubRec, PubRel, encode
 from waystation.wire.mqtt_encode import publish_qos0
+from waystation.wire.mqtt_properties import encode_vbi, string_bytes
 
 if TYPE_CHECKING:
     from waystation.gateway.mqtt.subscriptions import Sub
 
 log = logging.getLogger("waystation.mqtt")
 PACKET_IDENTIFIER_NOT_FOUND = 0x92
+_U16 = struct.Struct(">H").pack
+_HEADS: dict[str, bytes] = {}  # topic -> its encoded form (hot topics repeat; bounded)
+_HEADS_MAX = 4096
+
+
+def publish_qos1(topic: str, payload: bytes, pid: int) -> bytes:
+    """``encode(Publish(topic, payload, 1, packet_id=pid), MQTT_311)`` without the packet
+    object: the QoS 1 delivery with no flags, on the hot path."""
+    head = _HEADS.get(topic)
+    if head is None:
+        head = string_bytes(topic)
+        if len(topic) < 256:
+            if len(_HEADS) >= _HEADS_MAX:
+                _HEADS.clear()
+            _HEADS[topic] = head
+    n = len(head) + 2 + len(payload)
+    return b"\x32" + encode_vbi(n) + head + _U16(pid) + payload
 
 
 class Deliveries:
@@ -97,7 +116,12 @@ class Deliveries:
             self._deliver_qos2(s, d, msg, topic)
             return
         pid = out.add(d.consumer, d.tag, qos)
-        if not self._publish_out(s, msg, topic, qos, pid):
+        if qos == 1 and not self.v5 and not msg._ann:  # 3.1.1, no flags: the bytes, inline
+            if self._hold_out is None:
+                self.link.write(publish_qos1(topic, msg.body, pid))
+            else:
+                self._write(publish_qos1(topic, msg.body, pid))
+        elif not self._publish_out(s, msg, topic, qos, pid):
             self._settle_out(pid)
             self._free(pid)
 
@@ -211,6 +235,9 @@ class Deliveries:
                 self.session.resume()  # type: ignore[union-attr]
 
     def _on_puback(self, p: PubAck) -> None:
+        """Settle a QoS 1 delivery.  Only from a batch of packets (``MqttSession._run``):
+        the consumer is acknowledged here and dispatched once at the end of the batch
+        (what ``Session.settle`` does per message), not once per PUBACK."""
         out = self.outbound
         e = out.entries.pop(p.packet_id, None)
         if e is None:
@@ -218,7 +245,19 @@ class Deliveries:
         if e.qos != 1:
             out.entries[p.packet_id] = e  # not a QoS 1 delivery: ignored
             return
-        self._settle(e)  # the slot is free first, so the next delivery fits at once
+        consumer = e.consumer
+        if consumer is not None:  # the slot is free first, so the next delivery fits at once
+            e.consumer = None
+            try:
+                consumer.ack(e.tag)
+            except ConsumerError:
+                pass  # unsubscribed meanwhile: the message went back to its queue
+            else:
+                prior = out.acked
+                if prior is not consumer:
+                    out.acked = consumer
+                    if prior is not None:
+                        prior.queue.dispatch()
         if out.backlog or out.window_paused:
             self._drain()
 

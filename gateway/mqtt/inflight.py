@@ -15,6 +15,11 @@ from typing import Any
 
 from waystation.core.consumer import Consumer
 
+# A shared empty dict standing for "none yet" in per-connection state that most connections
+# never fill: the owner replaces it with its own dict before the first write (never write
+# to it).
+NO_ENTRIES: dict[Any, Any] = {}
+
 SENT = 0  # PUBLISH sent, waiting for PUBACK (QoS 1) or PUBREC (QoS 2)
 RELEASED = 1  # QoS 2: PUBREC came, PUBREL sent, waiting for PUBCOMP
 
@@ -40,14 +45,17 @@ class Outbound:
     its queue goes out again with its old packet id and DUP set, so a client that had it
     already recognises it [MQTT-4.3.3-10]; ids awaiting PUBCOMP get their PUBREL again."""
 
-    __slots__ = ("entries", "limit", "backlog", "resend", "window_paused", "_next")
+    __slots__ = ("entries", "limit", "backlog", "resend", "window_paused", "acked", "_next")
 
     def __init__(self, limit: int) -> None:
         self.entries: dict[int, Entry] = {}
         self.limit = limit  # the client's receive maximum (65535 when it names none)
         self.backlog: deque[Any] | None = None  # made when first needed (a deque is big)
-        self.resend: dict[int, int] = {}  # message id -> the packet id it was sent with
+        # message id -> the packet id it was sent with (persistent sessions' QoS 2 only)
+        self.resend: dict[int, int] = NO_ENTRIES
         self.window_paused = False  # consumers paused: the quota is spent
+        # the consumer PUBACKs settled in this batch of packets, dispatched once at its end
+        self.acked: Consumer | None = None
         self._next = 1
 
     def add(self, consumer: Consumer | None, tag: int, qos: int) -> int:
@@ -76,6 +84,8 @@ class Outbound:
             if state == RELEASED:
                 self.entries[pid] = Entry(None, 0, 2, RELEASED)
             elif msg_id:
+                if self.resend is NO_ENTRIES:
+                    self.resend = {}
                 self.resend[msg_id] = pid
 
     def released(self) -> list[int]:
@@ -106,4 +116,4 @@ class Inbound:
             self.dup_ids[int(pid)] = str(dup)
 
 
-__all__ = ["RELEASED", "SENT", "Entry", "Inbound", "Outbound"]
+__all__ = ["NO_ENTRIES", "RELEASED", "SENT", "Entry", "Inbound", "Outbound"]

@@ -15,15 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import uuid
 from typing import TYPE_CHECKING
 
-from waystation.core.message import DUPLICATE_ID, Message, now_ms
+from waystation.core.message import DEFAULT_PRIORITY, DUPLICATE_ID, Message, now_ms
 from waystation.core.queue import MULTICAST
 from waystation.core.session import Session
 from waystation.gateway.link import Link
 from waystation.gateway.mqtt.errors import REFUSALS, refusal_reason
-from waystation.gateway.mqtt.inflight import Inbound
+from waystation.gateway.mqtt.inflight import NO_ENTRIES, Inbound
 from waystation.gateway.mqtt.mapping import message_from_publish
 from waystation.gateway.mqtt.options import MqttOptions
 from waystation.gateway.mqtt.topics import topic_to_address
@@ -43,12 +44,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waystation.mqtt")
 R = ReasonCode
+_PUBACK = struct.Struct(">HH").pack  # (0x4002, packet id): PUBACK, success
 
 
 class PublishIn:
     """Mixed into ``MqttSession``: what it needs is declared here."""
 
-    __slots__ = ()
+    # its own state (the session's other slots are MqttSession's: one base may have slots)
+    __slots__ = ("in_aliases", "_addresses", "_pub_address")
+
+    in_aliases: dict[int, str]
+    _addresses: dict[str, str | Exception]  # topic -> its address, or why it is refused
+    _pub_address: str | None  # published to in this batch (``gate_batch``)
+    _hold_out: list[bytes] | None
 
     engine: Engine
     session: Session | None
@@ -61,8 +69,6 @@ class PublishIn:
     _now: int
     expiry: int
     core_id: str
-    in_aliases: dict[int, str]
-    _addresses: dict[str, str | Exception]
 
     if TYPE_CHECKING:
 
@@ -88,23 +94,31 @@ class PublishIn:
             address = self._address_for(topic)
         qos = p.qos
         if qos:
-            self._quota(p)
+            if self.v5 or qos > self.options.max_qos:
+                self._quota(p)
             if qos == 2 and p.packet_id in self.inbound.awaiting_rel:
                 self._resent(p, address)
                 return
-        if not isinstance(address, str):
+        if address.__class__ is not str:
+            assert isinstance(address, Exception)
             self._refuse_publish(p, *refusal_reason(address))
             return
-        msg = message_from_publish(
-            self.engine.ids(), address, p.payload, qos, p.retain, props, self._now, self.user
-        )
-        if qos == 2 and self.expiry:
-            self._qos2_persistent(p, msg)
-            return
+        retain = p.retain
+        if props or retain or qos == 2 or self.user is not None:
+            msg = message_from_publish(
+                self.engine.ids(), address, p.payload, qos, retain, props, self._now, self.user
+            )
+            if qos == 2 and self.expiry:
+                self._qos2_persistent(p, msg)
+                return
+        else:  # the commonest PUBLISH: what ``message_from_publish`` makes of it, inline
+            msg = Message(
+                self.engine.ids(), address, p.payload, {}, qos > 0, DEFAULT_PRIORITY, self._now
+            )
         session = self.session
         assert session is not None
         try:
-            if p.retain:
+            if retain:
                 fut = session.send(msg, routing=MULTICAST, retain=True)
             else:
                 fut = session.send(msg, routing=MULTICAST)
@@ -112,8 +126,26 @@ class PublishIn:
             self._refuse_publish(p, *refusal_reason(e))
             return
         if qos:
-            self._acknowledge(p, fut)
-        self._gate(address)
+            if fut is None and qos == 1:  # not stored (no durable queue): PUBACK now
+                if self._hold_out is None:
+                    self.link.write(_PUBACK(0x4002, p.packet_id))
+                else:
+                    self._write(_PUBACK(0x4002, p.packet_id))
+            else:
+                self._acknowledge(p, fut)
+        if address is not self._pub_address:  # gated once per batch (``gate_batch``)
+            if self._pub_address is not None:
+                self._gate(self._pub_address)
+            self._pub_address = address
+
+    def gate_batch(self) -> None:
+        """After a batch of packets: is the address it published to full (BLOCK policy)?
+        Once per batch and address, not per message: reading stops before the next batch
+        either way."""
+        address = self._pub_address
+        if address is not None:
+            self._pub_address = None
+            self._gate(address)
 
     def _send(self, msg: Message, retain: bool) -> asyncio.Future[None] | None:
         session = self.session
@@ -145,6 +177,8 @@ class PublishIn:
         if not 0 < alias <= self.options.topic_alias_maximum:
             raise ProtocolError(R.TOPIC_ALIAS_INVALID, f"[MQTT-3.3.2-9] topic alias {alias}")
         if topic:
+            if self.in_aliases is NO_ENTRIES:
+                self.in_aliases = {}
             self.in_aliases[alias] = topic
             return topic
         known = self.in_aliases.get(alias)
@@ -162,6 +196,8 @@ class PublishIn:
             self.session.check_send(address, MULTICAST)
         except REFUSALS as e:
             address = e
+        if self._addresses is NO_ENTRIES:
+            self._addresses = {}
         if len(self._addresses) < 10_000:
             self._addresses[topic] = address
         return address

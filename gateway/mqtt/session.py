@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from waystation.core.authentication import authenticator
@@ -28,7 +28,7 @@ from waystation.gateway.link import Link
 from waystation.gateway.mqtt import subscriptions
 from waystation.gateway.mqtt.deliveries import Deliveries
 from waystation.gateway.mqtt.errors import REFUSALS, Refused, refusal_reason
-from waystation.gateway.mqtt.inflight import Inbound, Outbound
+from waystation.gateway.mqtt.inflight import NO_ENTRIES, Inbound, Outbound
 from waystation.gateway.mqtt.keepalive import keepalive
 from waystation.gateway.mqtt.options import MqttOptions
 from waystation.gateway.mqtt.publish_in import PublishIn
@@ -102,8 +102,6 @@ class MqttSession(PublishIn, Deliveries):
         "max_out_packet",
         "out_aliases",
         "_alias_of",
-        "in_aliases",
-        "_addresses",
         "_held",
         "_hold_out",
         "_keepalive",
@@ -140,8 +138,11 @@ class MqttSession(PublishIn, Deliveries):
         self.max_out_packet = 0  # the client's maximum packet size (0: no limit)
         self.out_aliases = 0  # topic aliases we may send the client (0: none)
         self._alias_of: dict[str, int] | None = None  # topic -> alias sent (v5, if allowed)
-        self.in_aliases: dict[int, str] = {}
-        self._addresses: dict[str, str | Exception] = {}  # topic -> address or refusal
+        # the dicts below start as the shared empty ``NO_ENTRIES`` and are made on first
+        # write: an idle connection (most of them, at scale) holds none of its own
+        self.in_aliases = NO_ENTRIES
+        self._addresses = NO_ENTRIES
+        self._pub_address = None
         self._held: list[Any] | None = None  # packets that came during the login check
         self._hold_out: list[bytes] | None = None  # writes held until a SUBACK goes out
         self._keepalive = 0.0
@@ -152,7 +153,7 @@ class MqttSession(PublishIn, Deliveries):
         self._disconnected = False  # a DISCONNECT came: no will unless it said 0x04
         self.core_id = ""  # the client id as the core names things by it
         self._assigned: str | None = None  # a client id the server chose
-        self._resume: list[Any] = []  # saved subscriptions, attached after CONNACK
+        self._resume: Sequence[Any] = ()  # saved subscriptions, attached after CONNACK
         self._stateful = False  # state was saved for this client id
         self.loop = asyncio.get_running_loop()
 
@@ -205,6 +206,8 @@ class MqttSession(PublishIn, Deliveries):
             t = type(p)
             if t is Publish:
                 self._on_publish(p)
+            elif t is PubAck and self.connected:
+                self._on_puback(p)
             elif self.connected:
                 handler = self._handlers.get(t)
                 if handler is None:
@@ -221,6 +224,19 @@ class MqttSession(PublishIn, Deliveries):
                 raise ProtocolError(
                     R.PROTOCOL_ERROR, f"[MQTT-3.1.0-1] expected CONNECT, got {t.__name__}"
                 )
+        if not self.closed:
+            self._batch_done()
+
+    def _batch_done(self) -> None:
+        """What is done once per batch of packets rather than per packet: the consumer that
+        PUBACKs freed is dispatched once, and the address published to is checked for room."""
+        out = self.outbound
+        c = out.acked
+        if c is not None:
+            out.acked = None
+            c.queue.dispatch()
+        if self._pub_address is not None:
+            self.gate_batch()
 
     # -- output ---------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:

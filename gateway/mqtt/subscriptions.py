@@ -78,6 +78,7 @@ class Sub:
         "closed",
         "last_address",
         "last_topic",
+        "session",
     )
 
     def __init__(
@@ -106,6 +107,18 @@ class Sub:
         self.closed = False
         self.last_address = ""  # the last delivery's address and its topic, reused
         self.last_topic = ""
+        self.session: MqttSession | None = None  # set when attached: it is the handler
+
+    # -- the core consumer's handler (the subscription itself: no object more per filter) --
+    def deliver(self, delivery: Delivery) -> None:
+        self.session.deliver(self, delivery)  # type: ignore[union-attr]
+
+    def consumer_closed(self, consumer: object, reason: str) -> None:
+        ms = self.session
+        self.closed = True
+        if ms is not None and not ms.closed and ms.subs.get(self.filter) is self:
+            log.info("MQTT %s: subscription %r closed: %s", ms.link.peer, self.filter, reason)
+            del ms.subs[self.filter]
 
     def record(self) -> list[Any]:
         return [
@@ -116,24 +129,6 @@ class Sub:
             self.retain_handling,
             self.sub_id,
         ]
-
-
-class _Handler:
-    __slots__ = ("session", "sub")
-
-    def __init__(self, session: MqttSession, sub: Sub) -> None:
-        self.session = session
-        self.sub = sub
-
-    def deliver(self, delivery: Delivery) -> None:
-        self.session.deliver(self.sub, delivery)
-
-    def consumer_closed(self, consumer: object, reason: str) -> None:
-        s, ms = self.sub, self.session
-        s.closed = True
-        if not ms.closed and ms.subs.get(s.filter) is s:
-            log.info("MQTT %s: subscription %r closed: %s", ms.link.peer, s.filter, reason)
-            del ms.subs[s.filter]
 
 
 def durable_name(topic_filter: str) -> str:
@@ -239,6 +234,7 @@ def _attach(ms: MqttSession, s: Sub, *, durable: bool) -> None:
     session = ms.session
     assert session is not None
     s.durable = durable
+    s.session = ms
     source = Source(
         s.pattern,
         MULTICAST,
@@ -248,7 +244,7 @@ def _attach(ms: MqttSession, s: Sub, *, durable: bool) -> None:
     )
     s.consumer = session.subscribe(
         source,
-        _Handler(ms, s),
+        s,
         mode=CreditMode.PRESETTLED if s.qos == 0 else CreditMode.WINDOW,
         window=ms.outbound.limit,
         name=s.filter,
@@ -328,7 +324,7 @@ def resume(ms: MqttSession) -> None:
             log.info("MQTT %s: saved subscription %r not resumed: %s", ms.link.peer, f, e)
             continue
         ms.subs[f] = s
-    ms._resume = []
+    ms._resume = ()
     save_subscriptions(ms)
 
 
