@@ -30,6 +30,22 @@ from waystation.pipeline.generate import generate  # noqa: E402
 EVENTS_PER_MESSAGE = 8.3  # what the generator's mix averages
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and its children so far (the JVM, Python workers): on a
+    shared machine the wall time says as much about the neighbours as about the job."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            c = p.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return total
+
+
 def logs_for(events: int, cache: Path, fmt: str) -> tuple[Path, int]:
     """Generated logs of about ``events`` events, reused from ``cache`` when present."""
     messages = int(events / EVENTS_PER_MESSAGE)
@@ -64,6 +80,7 @@ def main() -> int:
         return source_rates(a)
     d, n = logs_for(a.events, Path(a.cache), a.format)
 
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     from waystation.pipeline.events import read_events
     from waystation.pipeline.reconcile import reconcile
@@ -74,6 +91,7 @@ def main() -> int:
     out = d / "out"
     result = reconcile(spark, read_events(spark, [d / "logs"]), out, journey=a.journey)
     total = time.perf_counter() - t0
+    cpu = cpu_seconds() - c0  # before stop(): the JVM's time goes with it
     spark.stop()
     stages = {"spark_start": round(jvm, 2), **result.timings}
     figures = {
@@ -84,6 +102,7 @@ def main() -> int:
         "journey": a.journey,
         "seconds_total": round(total, 2),
         "events_per_second": round(n / total),
+        "cpu_seconds": round(cpu, 1),
         "stages_s": stages,
         "status": result.summary["status"],
     }
@@ -91,7 +110,8 @@ def main() -> int:
     for k, v in stages.items():
         print(f"| {k} | {v:.1f} |")
     print(f"| **total** | **{total:.1f}** |")
-    print(f"{n / total:,.0f} events/s; statuses {result.summary['status']}")
+    print(f"{n / total:,.0f} events/s; CPU {cpu:.0f} s ({cpu / total:.2f} cores busy on average)")
+    print(f"statuses {result.summary['status']}")
     if a.json:
         Path(a.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
@@ -146,8 +166,9 @@ def source_rates(a: argparse.Namespace) -> int:
             .start()
         )  # fmt: skip
         while got[0] < n:
-            if q.awaitTermination(0.1):
+            if not q.isActive:
                 raise SystemExit(f"read stopped: {q.exception()}")
+            time.sleep(0.1)
         figures["stream_read_msgs_s"] = round(n / (time.perf_counter() - t))
         figures["stream_read_batches"] = got[1]
         q.stop()

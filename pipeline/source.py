@@ -11,7 +11,13 @@ STOMP acceptor's) selects it and its schema.
 Write: each row is one ``POST /queues/{q}/create`` (``body``; ``properties`` become HTTP
 headers, hence string properties on the message; ``durable`` per the ``durable`` option).
 The node answers a durable message only once it is on disk, and any answer other than 201
-fails the task, so a write that commits had every message confirmed.
+fails the task, so a write that commits had every message confirmed.  Each row is POSTed to
+``create/{id}`` with ``id = spark-<write id>-<partition>-<row index>`` (or the row's own
+``duplicate_id`` column): the write id is drawn once per write on the driver, so a retried or
+speculative task repeats the same ids and the node's duplicate detection drops the repeats;
+a second write of the same data is new messages.  Exactly once per write, as long as a
+partition's rows come back in the same order on a retry and within the address's
+duplicate cache (20,000 ids by default).
 
     from waystation.pipeline.source import register
     register(spark)
@@ -25,10 +31,12 @@ from __future__ import annotations
 import base64
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
@@ -148,14 +156,18 @@ class Sent(WriterCommitMessage):
 
 
 class QueueWriter(DataSourceWriter):
+    """Rows to messages, each under a duplicate id that a retried task repeats."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.options = options
         self.sent = 0
+        self.write_id = uuid.uuid4().hex  # on the driver: the same in every task attempt
 
     def write(self, iterator: Iterator[object]) -> WriterCommitMessage:
         o = self.options
         durable = o.get("durable", "true").lower()
-        url = f"{_base(o)}/create?durable={durable}"
+        ctx = TaskContext.get()
+        prefix = f"spark-{self.write_id}-{ctx.partitionId() if ctx else 0}-"
         n = 0
         for row in iterator:
             d = row.asDict() if hasattr(row, "asDict") else dict(row)  # type: ignore[call-overload]
@@ -165,6 +177,8 @@ class QueueWriter(DataSourceWriter):
             headers = {str(k): str(v) for k, v in (d.get("headers") or {}).items()}
             if d.get("content_type"):
                 headers["Content-Type"] = str(d["content_type"])
+            dup = quote(str(d.get("duplicate_id") or f"{prefix}{n}"), safe="")
+            url = f"{_base(o)}/create/{dup}?durable={durable}"
             status, _, answer = _request(url, "POST", o, bytes(body or b""), headers)
             if status != 201:
                 raise RuntimeError(f"message {n} not accepted: {status} {answer[:200]!r}")

@@ -23,7 +23,17 @@ message (durable ones on disk).  Rows: ``body`` (binary or string), optional ``d
 (a struct or a map; a value keeps its Spark type: boolean, int/short/byte -> int, long, float,
 double, binary, timestamp, string) and ``types`` (a map ``name -> type`` naming the type of
 text values, as the reader gives them, so a read-and-write copy keeps every type).
-A retried task sends its rows again: the sink is at least once.
+
+Exactly once: every message carries a duplicate id (``_WS_DUPL_ID``) that a re-run of the
+same micro-batch reproduces: ``spark/<query id>/<batch id>/<partition>/<row index>`` (the
+query id is kept in the checkpoint), or the row's own ``duplicate_id`` column when it has
+one.  A batch re-run after a crash or a retried task sends the same ids again and the node's
+duplicate detection drops what it already has (and still confirms it), so each row is one
+message.  That holds while the re-run produces a partition's rows in the same order (a
+replayable source without a non-deterministic shuffle: files, this source, Kafka) and while
+the first attempt's ids are still in the address's duplicate cache (``duplicate_cache_size``,
+20,000 ids per address by default).  A row's own ``_WS_DUPL_ID`` property travels on as
+``_WS_SRC_DUPL_ID``, as a bridge does.
 
 Options: ``host`` (127.0.0.1), ``port`` (the STOMP acceptor), ``queue``, ``user``,
 ``password``; read: ``maxBatch`` (messages per micro-batch, 10000; the
@@ -42,6 +52,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyspark import TaskContext
 from pyspark.sql import types as T
 from pyspark.sql.datasource import (
     DataSourceStreamReader,
@@ -50,10 +61,18 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from waystation.core.message import Float32, Int32, Timestamp, type_name, typed_text
+from waystation.core.message import (
+    DUPLICATE_ID,
+    Float32,
+    Int32,
+    Timestamp,
+    type_name,
+    typed_text,
+)
 from waystation.gateway.stomp.mapping import (
     CONTROL_HEADERS,
     OWN_HEADERS,
+    SOURCE_DUPLICATE_ID,
     TYPES_HEADER,
     parse_types,
 )
@@ -314,21 +333,45 @@ def _property(v: Any, declared: str | None) -> Any:
 
 
 def row_frame(
-    row: Any, default_destination: str, durable: bool, declared: dict[str, str]
+    row: Any,
+    default_destination: str,
+    durable: bool,
+    declared: dict[str, str],
+    duplicate_id: str | None = None,
 ) -> tuple[dict[str, str], bytes]:
-    """One row as a SEND frame's headers and body."""
+    """One row as a SEND frame's headers and body; ``duplicate_id`` (unless the row has its
+    own ``duplicate_id`` column) becomes ``_WS_DUPL_ID``."""
     d = row.asDict() if hasattr(row, "asDict") else dict(row)
     body = d.get("body")
     if isinstance(body, str):
         body = body.encode()
     props = d.get("properties") or {}
     props = props.asDict() if hasattr(props, "asDict") else dict(props)
-    headers = _typed_headers(props, dict(d.get("types") or {}), declared)
+    types = dict(d.get("types") or {})
+    if duplicate_id is not None and DUPLICATE_ID in props:  # the row's own travels on
+        props[SOURCE_DUPLICATE_ID] = props.pop(DUPLICATE_ID)
+        if DUPLICATE_ID in types:
+            types[SOURCE_DUPLICATE_ID] = types.pop(DUPLICATE_ID)
+    headers = _typed_headers(props, types, declared)
+    if duplicate_id is not None:
+        headers[DUPLICATE_ID] = str(d.get("duplicate_id") or duplicate_id)
     headers["destination"] = str(d.get("destination") or default_destination)
     headers["persistent"] = "true" if durable else "false"
     if d.get("content_type"):
         headers["content-type"] = str(d["content_type"])
     return headers, bytes(body or b"")
+
+
+def batch_prefix() -> str:
+    """``spark/<query id>/<batch id>/<partition>/`` of the running task: what a re-run of
+    the same micro-batch (after a restart from the checkpoint, or a task retry) repeats.
+    The query id is the checkpoint's (not the run id, which changes on restart)."""
+    ctx = TaskContext.get()
+    query = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+    batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+    if ctx is None or query is None or batch is None:
+        raise RuntimeError("no streaming query id or batch id in the task's context")
+    return f"spark/{query}/{batch}/{ctx.partitionId()}/"
 
 
 @dataclass
@@ -337,7 +380,8 @@ class Confirmed(WriterCommitMessage):
 
 
 class QueueStreamWriter(DataSourceStreamWriter):
-    """Each task sends its rows and returns once the node confirmed all of them."""
+    """Each task sends its rows, each with a duplicate id its re-run repeats, and returns
+    once the node confirmed all of them (see the module doc)."""
 
     def __init__(self, options: dict[str, str], schema: T.StructType) -> None:
         self.options = options
@@ -349,12 +393,13 @@ class QueueStreamWriter(DataSourceStreamWriter):
         default = _destination(o) if o.get("queue") else ""
         durable = o.get("durable", "true").lower() == "true"
         chunk = int(o.get("chunk", "500"))  # receipts awaited per chunk: bounded memory
+        prefix = batch_prefix()
         client = _connect(o)
         n = 0
         try:
             frames: list[tuple[dict[str, str], bytes]] = []
-            for row in iterator:
-                frames.append(row_frame(row, default, durable, self.declared))
+            for i, row in enumerate(iterator):
+                frames.append(row_frame(row, default, durable, self.declared, f"{prefix}{i}"))
                 if not frames[-1][0]["destination"]:
                     raise ValueError("a row has no destination and no 'queue' option is set")
                 if len(frames) >= chunk:

@@ -41,3 +41,26 @@ def test_max_limits_a_read(spark: SparkSession, node: NodeProcess):
     df.write.format("waystation").options(**opts).mode("append").save()
     assert spark.read.format("waystation").options(**opts, max="2").load().count() == 2
     assert spark.read.format("waystation").options(**opts, wait="0.3").load().count() == 3
+
+
+def test_a_retried_task_resends_nothing_twice(spark: SparkSession, node: NodeProcess):
+    """A retry runs ``write`` again on the same writer (pickled once on the driver) for the
+    same partition: the same duplicate ids, so the node keeps one message per row; a new
+    write of the same rows is new messages."""
+    from pyspark.sql import Row
+
+    from waystation.pipeline.source import WaystationDataSource
+
+    register(spark)
+    opts = {"url": node.http_url, "queue": "spark-retry"}
+    source = WaystationDataSource(opts)
+    writer = source.writer(spark.createDataFrame([], "body STRING").schema, False)
+    rows = [Row(body=f"r{i}") for i in range(6)]
+    writer.write(iter(rows[:3]))  # the first attempt dies after three rows
+    writer.write(iter(rows))  # the retry sends all of them again
+    got = spark.read.format("waystation").options(**opts, wait="0.5").load().collect()
+    assert sorted(bytes(r["body"]) for r in got) == [f"r{i}".encode() for i in range(6)]
+
+    source.writer(spark.createDataFrame([], "body STRING").schema, False).write(iter(rows[:2]))
+    again = spark.read.format("waystation").options(**opts, wait="0.5").load().collect()
+    assert sorted(bytes(r["body"]) for r in again) == [b"r0", b"r1"]

@@ -37,7 +37,7 @@ def test_a_streaming_query_follows_the_flow_live(spark: SparkSession, tmp_path):
         c = StompClient("127.0.0.1", node.stomp_port)
         c.subscribe("/queue/orders", "orders", 0)
         c.send_many([({"destination": "/queue/orders"}, f"o{i}".encode()) for i in range(10)])
-        ids = []
+        ids: list[int] = []
         while len(ids) < 10:
             f = c.receive(10)
             assert f is not None, "the orders did not come back"

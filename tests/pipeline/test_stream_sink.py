@@ -16,6 +16,7 @@ from pyspark.sql.utils import StreamingQueryException
 
 from waystation.pipeline.source import register
 from waystation.pipeline.stomp_client import StompClient
+from waystation.wire.stomp import Frame
 
 pytestmark = pytest.mark.timeout(180)
 CLOSED = (
@@ -37,7 +38,7 @@ def node(tmp_path_factory):
 def drain(port: int, dest: str, expect: int) -> list:
     c = StompClient("127.0.0.1", port)
     c.subscribe(dest, "check", 0)
-    frames = []
+    frames: list[Frame] = []
     deadline = time.monotonic() + 20
     while len(frames) < expect and time.monotonic() < deadline:
         if (f := c.receive(0.5)) is not None:
