@@ -272,7 +272,7 @@ class CoreBridge(Redialing):
         self.url = str(target)
         started = time.monotonic()
         self._set_state(CONNECTED)
-        if self.spec.two_way and self._session is not None:
+        if self.spec.two_way:
             self._receive_back(link)
         self._pump()
         try:

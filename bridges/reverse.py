@@ -6,9 +6,9 @@ bridge).  Each MESSAGE is routed here as a bridge SEND would be on the remote (s
 mapping, so typed properties, trace id and the remote's stable duplicate id arrive intact;
 the duplicate cache drops a resend) and ACKed only once stored (on disk when durable) and
 once its address takes more (a BLOCK-ed address holds the ACK, so the remote's window stops
-it).  A message this node refuses for good is NACKed with the dead-letter reason; a passing
-refusal (store trouble, a full address) ends the link, so the remote resends it, in order,
-on the next one.
+it).  A message this node refuses for good is NACKed with the dead-letter reason; one for a
+full address waits here, with those behind it, and is tried again; store trouble ends the
+link, so the remote resends it, in order, on the next one.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ _REFUSALS: tuple[tuple[type[Exception], str, str | None], ...] = (
     (SessionError, "internal error (session closed)", None),
     (ValueError, "invalid message", REMOTE_REJECTED),
 )
+_REFUSED = tuple(t for t, _, _ in _REFUSALS)
 
 
 class ReverseReceiver:
@@ -58,7 +59,6 @@ class ReverseReceiver:
         self.session = session
         self.link = link
         self.ids = ids
-        self.received = 0
         # refused for a full address, and everything behind it (in order, un-ACKed: the
         # remote's window stops it); tried again every PARK_RETRY, the link goes on
         self._parked: deque[Frame] = deque()
@@ -98,11 +98,10 @@ class ReverseReceiver:
             stored = session.send(msg, routing=routing)
         except AddressFull:
             return False
-        except tuple(e for e, _, _ in _REFUSALS) as e:
+        except _REFUSED as e:
             what, reason = next((w, r) for t, w, r in _REFUSALS if isinstance(e, t))
             self._refused(ack, f"{what}: {e}", reason)
             return True
-        self.received += 1
         waits = [f for f in (stored, session.blocked(address)) if f is not None]
         if not waits:
             self._ack(ack)

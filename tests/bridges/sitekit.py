@@ -58,6 +58,16 @@ class Sites:
     def proxy(self) -> WanProxy:
         return self.proxies[0]
 
+    def start(self) -> Sites:
+        """site-b, then site-a; both stopped again if either fails to start."""
+        try:
+            self.b.start()
+            self.a.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
     def stop(self) -> None:
         for n in (self.a, self.b):
             try:
@@ -85,14 +95,7 @@ def two_sites(
     a_cfg = bridge_toml("to-site-b", "site-b", [p.port for p in wan], **(bridge or {})) + a_extra
     a = NodeProcess(tmp / "site-a", extra_config=a_cfg, name="site-a")
     sites = Sites(a, b, wan)
-    if start:
-        try:
-            b.start()
-            a.start()
-        except BaseException:
-            sites.stop()
-            raise
-    return sites
+    return sites.start() if start else sites
 
 
 # -- producing --------------------------------------------------------------------------------

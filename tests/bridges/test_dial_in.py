@@ -51,14 +51,7 @@ def dialled_sites(tmp: Path, *, hub_extra: str = "", a_bridge: dict[str, object]
         name="site-a",
         extra_config=bridge_toml("to-hub", "site-b", [wan.port], **options) + a_extra,
     )
-    sites = Sites(a, b, [wan])
-    try:
-        b.start()
-        a.start()
-    except BaseException:
-        sites.stop()
-        raise
-    return sites
+    return Sites(a, b, [wan]).start()
 
 
 @pytest.fixture

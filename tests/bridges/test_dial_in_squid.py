@@ -55,8 +55,7 @@ def test_10000_each_way_through_squid_with_20_cuts_and_squid_restarts(
     a = NodeProcess(tmp_path / "site-a", name="site-a", extra_config=link)
     sites = Sites(a, b, [wan])
     try:
-        b.start()
-        a.start()
+        sites.start()
         wait_log(b, r"node site-a dialled in", 30)
         at_b, at_a = Drain(b.stomp_port, "orders"), Drain(a.stomp_port, "orders")
         wan.set_bandwidth(BANDWIDTH)  # the traffic lasts long enough for the faults

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import stomp
 from nodekit import NodeProcess
 from stompkit import Collect, connect
 
@@ -57,18 +59,22 @@ def test_a_backlog_far_over_the_limit_is_paged_as_it_is_recovered(tmp_path):
         # all of it in memory costs over twice the backlog (16 MiB); paged, a few MiB
         assert growth < 8 * 1024, f"recovery peak grew by {growth} KiB for a 16 MiB backlog"
 
-        import stomp
-
-        conn = stomp.Connection12([("127.0.0.1", node.stomp_port)])
-        got = Collect()
-        conn.set_listener("c", got)
-        conn.connect("guest", "guest", wait=True)
-        conn.subscribe("/queue/backlog", id="s", ack="auto")
-        msgs = got.wait_messages(N, timeout=60)
-        conn.disconnect()
+        msgs = drain_backlog(node.stomp_port, N)
         assert [m.body for m in msgs] == [body(i) for i in range(N)]
     finally:
         node.stop()
+
+
+def drain_backlog(port: int, n: int) -> list[Any]:
+    """The first ``n`` messages of the backlog queue (auto ack)."""
+    conn = stomp.Connection12([("127.0.0.1", port)])
+    got = Collect()
+    conn.set_listener("c", got)
+    conn.connect("guest", "guest", wait=True)
+    conn.subscribe("/queue/backlog", id="s", ack="auto")
+    msgs = got.wait_messages(n, timeout=60)
+    conn.disconnect()
+    return msgs
 
 
 def fill(port: int, n: int, make: Callable[[int], str]) -> None:
@@ -103,15 +109,7 @@ def test_recovery_bookkeeping_per_message_is_small(tmp_path):
         growth = kib(node.proc.pid, "VmHWM") - idle
         assert growth < 10 * 1024, f"recovery peak grew by {growth} KiB for {n} messages"
 
-        import stomp
-
-        conn = stomp.Connection12([("127.0.0.1", node.stomp_port)])
-        got = Collect()
-        conn.set_listener("c", got)
-        conn.connect("guest", "guest", wait=True)
-        conn.subscribe("/queue/backlog", id="s", ack="auto")
-        msgs = got.wait_messages(n, timeout=60)
-        conn.disconnect()
+        msgs = drain_backlog(node.stomp_port, n)
         assert [m.body[:6] for m in msgs] == [f"{i:06d}" for i in range(n)]
         assert all(m.body == small(i) for i, m in enumerate(msgs))
     finally:

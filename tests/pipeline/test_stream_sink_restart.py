@@ -6,14 +6,13 @@ id)."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import driverkit
 import pytest
+from driverkit import kill_group
 from nodekit import NodeProcess
 from pyspark.sql import SparkSession
 
@@ -21,26 +20,11 @@ from waystation.pipeline.stomp_client import StompClient
 
 pytestmark = pytest.mark.timeout(300)
 DRIVER = Path(__file__).with_name("sink_driver.py")
-ROOT = Path(__file__).resolve().parents[2]
 ROWS = 5000  # 10 s at the driver's 2 ms a row; within the duplicate cache (20,000)
 
 
 def start_driver(port: int, src: Path, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log, "ab") as f:
-        return subprocess.Popen(
-            [sys.executable, str(DRIVER), str(port), "copy", str(src), str(checkpoint)],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: the kill takes the JVM too
-        )
-
-
-def kill_group(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    return driverkit.start_driver(DRIVER, [str(port), "copy", str(src), str(checkpoint)], log)
 
 
 class Watcher:

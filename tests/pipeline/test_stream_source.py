@@ -7,15 +7,14 @@ killed driver had taken but not committed."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
+import driverkit
 import pytest
+from driverkit import kill_group
 from nodekit import NodeProcess
 from pyspark.sql import SparkSession
 
@@ -23,7 +22,6 @@ from waystation.pipeline.stomp_client import StompClient
 
 pytestmark = pytest.mark.timeout(300)
 DRIVER = Path(__file__).with_name("stream_driver.py")
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def send(port: int, queue: str, numbers: range) -> None:
@@ -75,21 +73,9 @@ class Feeder(threading.Thread):
 
 
 def start_driver(port: int, out: Path, checkpoint: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    with open(log, "ab") as f:
-        return subprocess.Popen(
-            [sys.executable, str(DRIVER), str(port), "orders", str(out), str(checkpoint), "20"],
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,  # its own process group: the kill takes the JVM too
-        )
-
-
-def kill_group(p: subprocess.Popen[bytes]) -> None:
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    return driverkit.start_driver(
+        DRIVER, [str(port), "orders", str(out), str(checkpoint), "20"], log
+    )
 
 
 def wait_rows(out: Path, at_least: int, p: subprocess.Popen[bytes], log: Path, limit: float) -> int:
