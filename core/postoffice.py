@@ -513,8 +513,13 @@ class PostOffice:
                 return False
         # whatever can fail (encoding the message and its duplicate id) comes before the first
         # change (duplicate cache, queues), so a refused message leaves no trace; the journal
-        # record reuses this encoding
-        encoded = self._encode(msg) if msg.durable else None
+        # record reuses this encoding.  A plain message (no properties, annotations or standard
+        # fields) always encodes, so it is encoded only where a durable queue will store it.
+        encoded = None
+        if msg.durable and (
+            msg._props or msg._ann or msg._std is not None or self.diverts or self._stores(address)
+        ):
+            encoded = self._encode(msg)
         if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
             emit_message(self.events, ACCEPTED, msg, **(origin or {}))
         sync = False
@@ -552,6 +557,12 @@ class PostOffice:
             ops.append(delete(old))
         ops.append(op)
 
+    def _stores(self, address: str) -> bool:
+        """Whether a message to ``address`` may be stored here (unknown: an address whose
+        queues are created on first use)."""
+        queues = self.bindings(address)
+        return not queues or any(q.durable for q in queues)
+
     @staticmethod
     def _encode(msg: Message) -> bytes:
         try:
@@ -574,8 +585,8 @@ class PostOffice:
         sync = False
         stored = False
         durable = msg.durable
-        if durable and encoded is None:  # dead-letter and store-and-forward copies
-            encoded = self._encode(msg)
+        if durable and encoded is None and any(q.durable for q in queues):
+            encoded = self._encode(msg)  # dead-letter and store-and-forward copies, plain ones
         for q in queues:
             if q.filter is not None and not q.filter.matches(msg):
                 continue
