@@ -176,17 +176,24 @@ def test_activemq_kill9_loses_nothing(amq: ActiveMQ, tmp_path: Path) -> None:
     arrives, duplicates are allowed (and printed)."""
     with WanProxy(amq.port) as wan:
         wan.set_bandwidth(150_000)  # slow enough that the cut lands mid-flow both ways
-        node = _node(tmp_path / "a", wan.port, "t2", window=50).start()
         restarts: list[float] = []
         inn = [f"in-{i}" for i in range(3000)]
         out = [f"out-{i}" for i in range(2000)]
+        # the inbound backlog is waiting before the node starts, so however slow this
+        # machine is, the restart lands while the inbound bridge is busy with it
+        assert send_all(amq.port, "/queue/t2.out", inn[:2000]) == inn[:2000]
+        node = _node(tmp_path / "a", wan.port, "t2", window=50).start()
 
         def restart_amq(batch: int) -> None:
             if batch == 0:
+                deadline = time.monotonic() + 30
+                while "bridge from-amq: consuming" not in node.log():
+                    assert time.monotonic() < deadline, "the inbound bridge never consumed"
+                    time.sleep(0.05)
+                time.sleep(0.3)
                 restarts.append(amq.restart(kill=True))
 
         try:
-            assert send_all(amq.port, "/queue/t2.out", inn[:2000]) == inn[:2000]
             assert send_all(node.stomp_port, "/queue/outbox", out, between=restart_amq) == out
             assert restarts, "ActiveMQ was not restarted"
             assert send_all(amq.port, "/queue/t2.out", inn[2000:]) == inn[2000:]
