@@ -226,7 +226,8 @@ def test_many_cuts_neither_lose_nor_duplicate_nor_count_as_deliveries(run):
             br = p.bridge(window=50)
             await br.start()
             sent = p.send(2000)
-            for _ in range(15):  # more cuts than max_delivery_attempts (10)
+            for i in range(15):  # more cuts than max_delivery_attempts (10), each on a new link
+                await until(lambda i=i: br._link is not None and br._conn > i)
                 await asyncio.sleep(0.01)
                 if br._link is not None:
                     br._link.close("test cut")
