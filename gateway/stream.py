@@ -25,6 +25,10 @@ from waystation.gateway.link import Link
 log = logging.getLogger("waystation.stream")
 
 FLUSH_AT = 64 * 1024  # bytes buffered before a write is flushed without waiting for the loop
+# After the node ends a connection (an ERROR, a refusal, a DISCONNECT), it half-closes and reads
+# (dropping it) what the peer still sends for this long: closing with unread bytes would send a
+# TCP reset, and the reset can destroy the error frame before the client has read it.
+LINGER = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +75,7 @@ class StreamProtocol(asyncio.Protocol):
         self._out_bytes = 0
         self._flush_scheduled = False
         self._closing = False
+        self._linger: asyncio.TimerHandle | None = None  # set once our side is half-closed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
@@ -97,7 +102,7 @@ class StreamProtocol(asyncio.Protocol):
         self._connect_timer = connect_deadline(self.session, self.connect_timeout)
 
     def data_received(self, data: bytes) -> None:
-        if self.session is not None:
+        if self.session is not None and not self._closing:
             self.session.data_received(data)
 
     def logged_in(self) -> None:
@@ -109,6 +114,8 @@ class StreamProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
+        if self._linger is not None:
+            self._linger.cancel()
         if self._connect_timer is not None:
             self._connect_timer.cancel()
             self._connect_timer = None
@@ -146,10 +153,10 @@ class StreamProtocol(asyncio.Protocol):
             return
         self._out = []
         self._out_bytes = 0
-        if not self.transport.is_closing():
+        if self._linger is None and not self.transport.is_closing():
             self.transport.write(b"".join(out) if len(out) > 1 else out[0])
         if self._closing:
-            self.transport.close()
+            self._end()
 
     def close(self) -> None:
         self._closing = True
@@ -158,9 +165,29 @@ class StreamProtocol(asyncio.Protocol):
                 self._flush_scheduled = True
                 asyncio.get_running_loop().call_soon(self._flush)
         elif self.transport is not None:
+            self._end()
+
+    def _end(self) -> None:
+        """Half-close and linger (see LINGER); over TLS, which cannot half-close, close."""
+        t = self.transport
+        if t is None or t.is_closing() or self._linger is not None:
+            return
+        if not t.can_write_eof():
+            t.close()
+            return
+        t.write_eof()
+        t.resume_reading()
+        self._linger = asyncio.get_running_loop().call_later(LINGER, t.abort)
+
+    def end_lingering(self) -> None:
+        """Close now, without waiting for the peer (the node is stopping)."""
+        if self._linger is not None and self.transport is not None:
+            self._linger.cancel()
             self.transport.close()
 
     def pause_reading(self) -> None:
+        if self._closing:  # what still comes is read and dropped
+            return
         if self.transport is not None and not self.transport.is_closing():
             self.transport.pause_reading()
 
@@ -221,6 +248,9 @@ class StreamServer:
         for c in list(self.connections):
             if c.session is not None:
                 c.session.close()
+        await asyncio.sleep(0)  # the sessions' last frames are flushed
+        for c in list(self.connections):
+            c.end_lingering()
         if self.server is not None:
             await self.server.wait_closed()
 

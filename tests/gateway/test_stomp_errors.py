@@ -170,6 +170,15 @@ def test_bad_input_gets_error_and_close(node, bystander, name, state, data, frag
     expect_error(r, fragment)
 
 
+def test_a_refused_frame_still_arriving_does_not_reset_the_error(node, bystander):
+    """The node refuses a frame from its headers while the body is still arriving: it reads
+    and drops the rest, so the client reads the ERROR and a clean end, never a reset."""
+    r = raw_connected(node)
+    r.send(b"SEND\ndestination:/queue/x\ncontent-length:40000\n\n" + b"x" * 512 * 1024)
+    time.sleep(0.3)  # the node has refused it and half-closed with most of it unread
+    expect_error(r, "body")
+
+
 def test_error_carries_receipt_id(node):
     r = raw_connected(node)
     r.send(b"SEND\nreceipt:77\n\nbody\x00")
