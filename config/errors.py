@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -125,6 +124,8 @@ def _suggest(root: type[BaseModel] | None, loc: Loc, key: object) -> str:
     model = _model_at(root, loc) if root is not None else None
     if model is None or not isinstance(key, str):
         return ""
+    import difflib  # only for a wrong key: not loaded with a valid config
+
     close = difflib.get_close_matches(key, list(model.model_fields), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

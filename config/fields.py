@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import SplitResult, unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationInfo
+from pydantic import BaseModel, ConfigDict, GetCoreSchemaHandler, ValidationInfo
+from pydantic_core import core_schema
 
 from waystation.config.passwords import parse_hash
 from waystation.config.units import describe_value, parse_duration, parse_size
@@ -31,8 +32,32 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
 
 
-def _plain(fn: Callable[..., Any], schema: Any = str) -> PlainValidator:
-    return PlainValidator(fn, json_schema_input_type=schema)
+@dataclass(frozen=True, slots=True)
+class PlainCheck:
+    """A field validated by one function (what ``PlainValidator`` does), made cheaply.
+
+    Why not ``PlainValidator``: for each field using one it also builds a serializer for
+    the field's type and inspects the function's signature; without that, defining the
+    schema (at every node start) takes about 0.02 s and 0.3 MB less.  The config is never
+    serialized, and whether the function takes ``info`` is said here.
+    ``schema`` is the input type that the JSON schema shows.
+    """
+
+    fn: Callable[..., Any]
+    schema: Any = str
+    info: bool = False  # the function takes (value, info: ValidationInfo)
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> Any:
+        shown = handler.generate_schema(self.schema)
+        if self.info:
+            return core_schema.with_info_plain_validator_function(
+                self.fn, json_schema_input_schema=shown
+            )
+        return core_schema.no_info_plain_validator_function(self.fn, json_schema_input_schema=shown)
+
+
+def _plain(fn: Callable[..., Any], schema: Any = str, info: bool = False) -> PlainCheck:
+    return PlainCheck(fn, schema, info)
 
 
 def _string(value: object) -> str:
@@ -166,12 +191,12 @@ def _choice_parser(values: tuple[str, ...]) -> Callable[[object], str]:
     return parse
 
 
-def choice(*values: str) -> PlainValidator:
+def choice(*values: str) -> PlainCheck:
     """Validator for one of ``values``, matched case-insensitively, returned in canonical case."""
     return _plain(_choice_parser(values))
 
 
-def enum_choice(enum: type[Enum]) -> PlainValidator:
+def enum_choice(enum: type[Enum]) -> PlainCheck:
     """Like ``choice`` over an Enum's values; yields the Enum member."""
     pick = _choice_parser(tuple(str(m.value) for m in enum))
     return _plain(lambda v: v if isinstance(v, enum) else enum(pick(v)))
@@ -195,7 +220,9 @@ def _relative_path(value: object) -> Path:
     return value if isinstance(value, Path) else Path(_string(value)).expanduser()
 
 
-ConfigPath = Annotated[Path, _plain(_config_path)]  # relative: against the config file's folder
+ConfigPath = Annotated[
+    Path, _plain(_config_path, info=True)
+]  # relative: against the config file's folder
 RelativePath = Annotated[Path, _plain(_relative_path)]  # kept as written; the owner resolves it
 
 
@@ -283,7 +310,7 @@ def parse_url(
 
 def _url_check(
     schemes: tuple[str, ...], *, path_allowed: bool = False, credentials_allowed: bool = False
-) -> PlainValidator:
+) -> PlainCheck:
     def check(value: object) -> str:
         parse_url(
             value, schemes, path_allowed=path_allowed, credentials_allowed=credentials_allowed

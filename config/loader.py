@@ -2,21 +2,25 @@
 
 In any string value, ``${NAME}`` is replaced by the environment variable NAME (an error if
 unset) and ``${NAME:default}`` falls back to ``default``; ``$${`` writes a literal ``${``.
+The TOML parser is imported with the first file: a node on its embedded defaults never
+needs it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from waystation.config.errors import ConfigError, Loc, describe, from_validation_error
 from waystation.config.schema import Config
+
+if TYPE_CHECKING:
+    import tomllib
 
 _REFERENCE = re.compile(r"\$\$\{|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([^}]*))?\}")
 _TOML_POSITION = re.compile(r"\(at line (\d+), column (\d+)\)")
@@ -68,6 +72,8 @@ def parse_config(
     env: Mapping[str, str] | None = None,
 ) -> Config:
     """Validate TOML ``text``; relative paths resolve against ``base_dir`` (default: the CWD)."""
+    import tomllib
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -1,8 +1,11 @@
 """The protocol adapters this build carries, by name (one line each; see gateway/adapter.py).
 
-AMQP is listed without importing its package: that pulls in python-qpid-proton (about 6 MB
-resident and a fifth of the start-up imports), which a node only needs once an AMQP client
-connects.  The first AMQP connection (or refusal) imports it, a one-off few tens of ms.
+AMQP and MQTT are listed without importing their packages: AMQP's pulls in
+python-qpid-proton (about 6 MB resident and a fifth of the start-up imports), MQTT's its
+codec and session modules (half a megabyte, a tenth of the start-up CPU), and a node only
+needs either once such a client connects.  The first connection (or refusal) imports the
+package, a one-off few tens of ms.  MQTT's start-up work (re-arming the expiry of persistent
+sessions) runs at start as before, importing the package only when there is such a session.
 """
 
 from __future__ import annotations
@@ -10,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from waystation.gateway.adapter import ProtocolAdapter
-from waystation.gateway.mqtt import ADAPTER as MQTT
 from waystation.gateway.stomp import ADAPTER as STOMP
 
 if TYPE_CHECKING:
@@ -33,7 +35,32 @@ def _amqp_refusal(why: str) -> bytes:
     return _amqp().refusal(why)
 
 
-# the same fields as gateway/amqp's ADAPTER (test_adapters checks they agree)
+def _mqtt() -> ProtocolAdapter:
+    from waystation.gateway.mqtt import ADAPTER as MQTT
+
+    return MQTT
+
+
+def _mqtt_session(engine: Engine, link: Link, acceptor: Any) -> StreamSession:
+    return _mqtt().new_session(engine, link, acceptor)
+
+
+def _mqtt_refusal(why: str) -> bytes:
+    return _mqtt().refusal(why)
+
+
+MQTT_STATE = "mqtt/"  # the client-state scopes of MQTT sessions (gateway/mqtt/session.py)
+
+
+def _mqtt_on_start(engine: Engine) -> object:
+    """MQTT's own ``on_start``, when the store holds an MQTT session to re-arm."""
+    if not engine.client_states.scopes(MQTT_STATE):
+        return 0
+    on_start = _mqtt().on_start
+    return on_start(engine) if on_start is not None else 0
+
+
+# the same fields as gateway/amqp's and gateway/mqtt's ADAPTER (tests check they agree)
 AMQP = ProtocolAdapter(
     name="amqp",
     new_session=_amqp_session,
@@ -41,7 +68,15 @@ AMQP = ProtocolAdapter(
     subprotocols=("amqp", "AMQPWSB10"),
     text_frames=False,
 )
+MQTT = ProtocolAdapter(
+    name="mqtt",
+    new_session=_mqtt_session,
+    refusal=_mqtt_refusal,
+    subprotocols=("mqtt", "mqttv3.1"),
+    on_start=_mqtt_on_start,
+    text_frames=False,
+)
 
 ADAPTERS: dict[str, ProtocolAdapter] = {a.name: a for a in (STOMP, AMQP, MQTT)}
 
-__all__ = ["ADAPTERS"]
+__all__ = ["ADAPTERS", "MQTT_STATE"]

@@ -1,5 +1,10 @@
 """The ``waystation`` command: run a node, check a config file, run a relay, print the
-version."""
+version.
+
+``run`` is how a node starts, and its start-up time is the node's: the version (a scan of
+the installed distributions) is looked up only for ``--version``, and the other commands'
+modules (the admin client's HTTP stack, the pipeline) are not loaded for ``run``.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,6 @@ import contextlib
 import logging
 import signal
 import sys
-from importlib import metadata
 
 from waystation.gateway.logs import TEXT_FORMAT
 from waystation.gateway.logs import configure as configure_logging
@@ -18,10 +22,23 @@ log = logging.getLogger("waystation")
 
 
 def version() -> str:
+    from importlib import metadata
+
     try:
         return metadata.version("waystation")
     except metadata.PackageNotFoundError:
         return "0.1.0+source"
+
+
+class _Version(argparse.Action):
+    """``--version``, looked up when asked for."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        print(f"waystation {version()}")
+        parser.exit()
 
 
 def _setup_logging(level: str) -> None:
@@ -174,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="waystation", description="Waystation protocol gateway and bridge node."
     )
-    p.add_argument("--version", action="version", version=f"waystation {version()}")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run a node (embedded defaults without CONFIG)")
     r.add_argument("config", nargs="?", help="TOML config file")
@@ -185,12 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("config", help="TOML config file")
     c.set_defaults(func=cmd_check_config)
     _add_relay(sub)
-    from waystation.gateway.admin_cli import add_parser as add_admin_commands
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] != ["run"]:  # `waystation run ...` parses without them
+        from waystation.gateway.admin_cli import add_parser as add_admin_commands
 
-    add_admin_commands(sub)  # admin ..., hash-password
-    from waystation.pipeline.cli import add_parser as add_pipeline_commands
+        add_admin_commands(sub)  # admin ..., hash-password
+        from waystation.pipeline.cli import add_parser as add_pipeline_commands
 
-    add_pipeline_commands(sub)  # pipeline reconcile ...
+        add_pipeline_commands(sub)  # pipeline reconcile ...
     args = p.parse_args(argv)
     return int(args.func(args))
 

@@ -1,5 +1,10 @@
 """A Waystation node: the engine built from config (gateway/core_config.py), its protocol
-listeners and bridges, and reloading its config file while it runs."""
+listeners and bridges, and reloading its config file while it runs.
+
+What a node does not use yet it does not load: the HTTP port answers its probes before the
+web application exists (gateway/http/ops/front.py), the bridge machinery (which pulls in
+the HTTP client) is imported when the first bridge is configured or added, and the event
+log and feed when configured."""
 
 from __future__ import annotations
 
@@ -10,26 +15,26 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from waystation.bridges.manager import BridgeManager
 from waystation.core.authentication import Authenticator, authenticator, install_authenticator
 from waystation.core.divert import DivertError
 from waystation.core.engine import Engine
-from waystation.core.event_feed import EventFeed
-from waystation.core.eventlog import EventLog, EventLogError
-from waystation.core.events import EventSink
 from waystation.core.store.api import Journal
 from waystation.core.store.journal import LEAVE_ON_DISK_OVER, FileJournal
 from waystation.gateway.adapters import ADAPTERS
 from waystation.gateway.admission import login_policy
 from waystation.gateway.core_config import engine_config, security_manager
-from waystation.gateway.http.server import HttpContext, HttpServer
+from waystation.gateway.http.ops.front import FrontContext, HttpFront
 from waystation.gateway.reload import reload as reload_config
 from waystation.gateway.stomp import stomp_options
 from waystation.gateway.stream import ListenerLimits, StreamServer
 
 if TYPE_CHECKING:
+    from waystation.bridges.manager import BridgeManager
     from waystation.config.schema import Config
+    from waystation.core.event_feed import EventFeed
+    from waystation.core.events import EventSink
     from waystation.gateway.adapter import ProtocolAdapter, SessionOpener
+    from waystation.gateway.http.context import HttpContext
 
 log = logging.getLogger("waystation.node")
 
@@ -60,6 +65,12 @@ def opener(adapter: ProtocolAdapter, engine: Engine, acceptor: Any) -> SessionOp
     return lambda link: adapter.new_session(engine, link, acceptor)
 
 
+def _bridge_manager(engine: Engine, configs: list[Any]) -> BridgeManager:
+    from waystation.bridges.manager import BridgeManager
+
+    return BridgeManager(engine, configs)
+
+
 class Node:
     def __init__(self, cfg: Config, config_path: str | None = None) -> None:
         self.cfg = cfg
@@ -85,7 +96,9 @@ class Node:
             )
         events: EventSink | None = None
         ev = cfg.node.event_log
-        if ev.enabled:
+        if ev.enabled:  # the event log and feed are loaded only when configured
+            from waystation.core.eventlog import EventLog, EventLogError
+
             try:
                 events = EventLog(
                     cfg.node.event_log_dir,
@@ -100,6 +113,8 @@ class Node:
                 raise NodeError(f"node.event_log: {e}") from None
         self.event_feed: EventFeed | None = None
         if ev.publish_address:  # live events; the files stay as configured
+            from waystation.core.event_feed import EventFeed
+
             events = self.event_feed = EventFeed(ev.publish_address, cfg.node.name, events)
         self.engine = Engine(
             ecfg, journal, events=events, security=security_manager(cfg), bindings=bindings
@@ -108,10 +123,12 @@ class Node:
             self.engine,
             Authenticator(self.engine.security, login_policy(cfg.security.login)),
         )
-        try:
-            self.bridges = BridgeManager(self.engine, cfg.bridges)
-        except DivertError as e:  # a transformer that cannot be loaded
-            raise NodeError(f"bridges: {e}") from None
+        self._bridges: BridgeManager | None = None
+        if cfg.bridges:
+            try:
+                self._bridges = _bridge_manager(self.engine, cfg.bridges)
+            except DivertError as e:  # a transformer that cannot be loaded
+                raise NodeError(f"bridges: {e}") from None
         self.servers: list[Any] = []
         self.labels: list[str] = []  # each server's name in ports(): "stomp", "stomp.1"...
         self.accepting = False  # started and not stopping: GET /ready
@@ -146,20 +163,28 @@ class Node:
                 self.servers.append(server)
                 self.labels.append(listener_label(name, i))
         if acc.http.enabled:
-            ctx = HttpContext(
-                engine,
-                acc.http,
-                stomp_options(acc.stomp),
-                engine.config.data_dir,
-                sessions,
-                ADAPTERS,
-                ready=lambda: self.accepting,
-                bridges=self.bridge_status,
-                reload=self.reload,
-                bridge_control=self.bridges,
+
+            def http_context() -> HttpContext:
+                from waystation.gateway.http.context import HttpContext
+
+                return HttpContext(
+                    engine,
+                    acc.http,
+                    stomp_options(acc.stomp),
+                    engine.config.data_dir,
+                    sessions,
+                    ADAPTERS,
+                    ready=lambda: self.accepting,
+                    bridges=self.bridge_status,
+                    reload=self.reload,
+                    bridge_control=self.bridges,
+                )
+
+            front = FrontContext(
+                engine, acc.http, engine.config.data_dir, lambda: self.accepting, http_context
             )
             (ep, tls), *extra = acc.http.listeners()
-            http = HttpServer(ctx, ep.host, ep.port, server_tls(tls))
+            http = HttpFront(front, ep.host, ep.port, server_tls(tls))
             await http.start()
             self.servers.append(http)
             self.labels.append("http")
@@ -169,7 +194,8 @@ class Node:
         for name in ("amqp", "mqtt"):
             if name not in ADAPTERS and getattr(acc, name).enabled:
                 log.info("%s listener is not available in this version; skipped", name)
-        await self.bridges.start()
+        if self._bridges is not None:
+            await self._bridges.start()
         self.accepting = True
         log.info("node %s ready in %.0f ms", self.cfg.node.name, (time.monotonic() - t0) * 1000)
 
@@ -186,15 +212,23 @@ class Node:
         """Bound ports by listener: ``stomp``, ``http``..., extras as ``stomp.1``..."""
         return {label: s.bound_port() for label, s in zip(self.labels, self.servers, strict=True)}
 
+    @property
+    def bridges(self) -> BridgeManager:
+        """The node's bridges (the manager is made on first use when none is configured)."""
+        if self._bridges is None:
+            self._bridges = _bridge_manager(self.engine, [])
+        return self._bridges
+
     def bridge_status(self) -> list[dict[str, object]]:
         """Each bridge's link state and counters (see ``CoreBridge.status``)."""
-        return self.bridges.status()
+        return self._bridges.status() if self._bridges is not None else []
 
     async def stop(self) -> None:
         """Stop the bridges and accepting, close connections, finish in-flight writes, close
         the store."""
         self.accepting = False
-        await self.bridges.stop()
+        if self._bridges is not None:
+            await self._bridges.stop()
         for s in self.servers:
             await s.stop()
         await self.engine.stop()

@@ -21,6 +21,7 @@ from typing import Any, cast
 from waystation.gateway.adapter import StreamSession
 from waystation.gateway.admission import Admission, connect_deadline, peer_host, peer_text
 from waystation.gateway.link import Link
+from waystation.gateway.listen import bound_socket
 
 log = logging.getLogger("waystation.stream")
 
@@ -225,16 +226,19 @@ class StreamServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         timeout = self.limits.connect_timeout
-        self.server = await loop.create_server(
-            lambda: StreamProtocol(
+
+        def protocol() -> StreamProtocol:
+            return StreamProtocol(
                 self.open_session, self.connections, self.admission, timeout, self.refusal
-            ),
-            self.host,
-            self.port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=self.tls,
-        )
+            )
+
+        sock = bound_socket(self.host, self.port)
+        if sock is not None:
+            self.server = await loop.create_server(protocol, sock=sock, ssl=self.tls)
+        else:
+            self.server = await loop.create_server(
+                protocol, self.host, self.port, reuse_address=True, backlog=1024, ssl=self.tls
+            )
         scheme = "tls" if self.tls else "tcp"
         log.info("%s listening on %s://%s:%d", self.name.upper(), scheme, self.host, self.port)
 

@@ -3,7 +3,9 @@
 Each feature module has ``setup(app, ctx)``: it adds its routes and registers its own
 start and stop work on the app's signals, so this module knows none of them in detail.
 The features import what they share from :mod:`.context`, never this module, so there is
-no import cycle between the listener and what it mounts.
+no import cycle between the listener and what it mounts.  A node builds it through
+:mod:`.ops.front`, on the first request that is not a probe (or at start when REST has
+stored work), and hands it connections the front accepted.
 
 Limits at the door (see docs/security.md), which aiohttp does not have:
 
@@ -30,19 +32,12 @@ from aiohttp.web_protocol import RequestHandler
 from waystation.gateway.admission import Admission, peer_host
 from waystation.gateway.http import admin, ops, rest, sockjs, tunnel
 from waystation.gateway.http.context import CONTEXT, HttpContext, read_body
+from waystation.gateway.http.ops.lag import LoopLag
+from waystation.gateway.http.ops.probes import plain_response
 from waystation.gateway.stomp.session import SERVER_NAME
 from waystation.gateway.websocket import streams
 
 log = logging.getLogger("waystation.http")
-
-
-def _plain_response(status: str, text: str) -> bytes:
-    body = (text + "\n").encode()
-    head = (
-        f"HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\nServer: {SERVER_NAME}\r\n\r\n"
-    )
-    return head.encode() + body
 
 
 class GuardedHandler(RequestHandler):
@@ -64,7 +59,7 @@ class GuardedHandler(RequestHandler):
         if why is not None:
             self.refused = True
             t: Any = transport
-            t.write(_plain_response("503 Service Unavailable", why))
+            t.write(plain_response("503 Service Unavailable", why))
             t.close()
             return
         self.admitted = True
@@ -116,7 +111,7 @@ class GuardedHandler(RequestHandler):
         self.guard.timed_out += 1
         log.debug("HTTP %s: request headers not complete within %gs", self.host, timeout)
         t.write(
-            _plain_response(
+            plain_response(
                 "408 Request Timeout",
                 f"header_timeout: request headers not complete within {timeout:g}s",
             )
@@ -127,9 +122,11 @@ class GuardedHandler(RequestHandler):
 class Guard:
     """The listener's admission and header deadline, and the protocol factory using them."""
 
-    def __init__(self, ctx: HttpContext) -> None:
+    def __init__(self, ctx: HttpContext, admission: Admission | None = None) -> None:
         cfg = ctx.cfg
-        self.admission = Admission("HTTP", cfg.max_connections, cfg.max_connections_per_address)
+        self.admission = admission or Admission(
+            "HTTP", cfg.max_connections, cfg.max_connections_per_address
+        )
         self.header_timeout = cfg.header_timeout.total_seconds()
         self.timed_out = 0
 
@@ -189,14 +186,22 @@ async def _server_header(request: web.Request, response: web.StreamResponse) -> 
 
 class HttpServer:
     def __init__(
-        self, ctx: HttpContext, host: str, port: int, tls: ssl.SSLContext | None = None
+        self,
+        ctx: HttpContext,
+        host: str,
+        port: int,
+        tls: ssl.SSLContext | None = None,
+        admission: Admission | None = None,
+        lag: LoopLag | None = None,
     ) -> None:
+        """``admission`` and ``lag``: the port's own when a front (:mod:`.ops.front`)
+        accepted connections before this application existed."""
         self.ctx = ctx
         self.host = host
         self.port = port
         self.tls = tls
         cfg = ctx.cfg
-        self.guard = Guard(ctx)
+        self.guard = Guard(ctx, admission)
         self.app = web.Application(  # the tunnel and SockJS enforce their own limits
             client_max_size=max(
                 cfg.rest.max_body_size, cfg.tunnel.max_request_size, cfg.sockjs.max_send_size
@@ -213,12 +218,17 @@ class HttpServer:
             tunnel.setup(self.app, ctx)
         if cfg.sockjs.enabled:
             sockjs.setup(self.app, ctx)
-        ops.setup(self.app, ctx)  # /health, /ready, /metrics
+        ops.setup(self.app, ctx, lag)  # /health, /ready, /metrics
         admin.setup(self.app, ctx)  # /admin/api/v1
         self.runner: web.AppRunner | None = None
         self.site: HttpSite | None = None
 
     async def start(self) -> None:
+        await self.prepare()
+        self.site = await self.add_site(self.host, self.port, self.tls)
+
+    async def prepare(self) -> None:
+        """Run the application's start-up work, without opening a port."""
         self.runner = web.AppRunner(
             self.app,
             access_log=None,
@@ -227,7 +237,11 @@ class HttpServer:
             keepalive_timeout=self.ctx.cfg.keepalive_timeout.total_seconds(),
         )
         await self.runner.setup()
-        self.site = await self.add_site(self.host, self.port, self.tls)
+
+    def protocol_factory(self) -> Any:
+        """A new connection's handler (admission, header deadline, the application)."""
+        assert self.runner is not None and self.runner.server is not None, "prepare() first"
+        return self.guard.factory(self.runner.server)
 
     async def add_site(self, host: str, port: int, tls: ssl.SSLContext | None) -> HttpSite:
         """One more port on this server's application (``[[acceptors.http.extra]]``), so

@@ -10,23 +10,16 @@ so a load balancer stops sending before the port closes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from aiohttp import web
 
 from waystation.gateway.http.context import HttpContext
+from waystation.gateway.http.ops.probes import readiness
 
 DRAINING = web.AppKey("ops_draining", list)  # [bool]: set once the listener shuts down
 
 
 def is_ready(app: web.Application, ctx: HttpContext) -> tuple[bool, str]:
-    if app[DRAINING][0]:
-        return False, "stopping"
-    ready: Callable[[], bool] | None = ctx.ready
-    if ready is not None:
-        return (True, "ready") if ready() else (False, "starting or stopping")
-    engine = ctx.engine
-    return (True, "ready") if engine.started else (False, "store not recovered")
+    return readiness(ctx, app[DRAINING][0])
 
 
 def setup(app: web.Application, ctx: HttpContext) -> None:

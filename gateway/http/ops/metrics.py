@@ -4,8 +4,7 @@ Nothing is counted per message for this: a custom collector reads, at scrape tim
 counters the core keeps anyway (each queue's depth and totals, the address memory, the open
 sessions, the journal's counters, the bridges' status) and turns them into metric families.
 A scrape costs a walk over the queues and sessions, nothing between scrapes.  The one thing
-measured here is event-loop lag: a small task sleeps a fixed interval and records how late it
-woke (a loop blocked by a slow callback shows as lag).
+measured between scrapes is event-loop lag (:mod:`.lag`), from the node's start.
 
 Counters the core does not keep yet are not invented: per-queue expired and dead-lettered
 totals (by reason) appear once the core exposes them (see docs/operations.md).  Journal
@@ -15,10 +14,7 @@ counts itself (core/store/timing.py); a scrape copies them.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import math
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,45 +33,9 @@ from prometheus_client.utils import floatToGoString
 from waystation.core.authentication import authenticator
 from waystation.core.store.timing import Snapshot
 from waystation.gateway.http.context import HttpContext
+from waystation.gateway.http.ops.lag import LoopLag
 
 PREFIX = "waystation_"
-LAG_INTERVAL = 0.25  # seconds between event-loop lag samples
-
-
-class LoopLag:
-    """How late the event loop runs a timer: the last sample and the worst since the last
-    scrape (a stall between scrapes is not averaged away)."""
-
-    def __init__(self, interval: float = LAG_INTERVAL) -> None:
-        self.interval = interval
-        self.last = 0.0
-        self.worst = 0.0
-        self.samples = 0
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run())
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            t0 = time.monotonic()
-            await asyncio.sleep(self.interval)
-            lag = max(0.0, time.monotonic() - t0 - self.interval)
-            self.last = lag
-            self.worst = max(self.worst, lag)
-            self.samples += 1
-
-    def take_worst(self) -> float:
-        w, self.worst = self.worst, self.last
-        return w
 
 
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
@@ -251,8 +211,11 @@ def _num(v: object) -> float:
 LAG = web.AppKey("ops_lag", LoopLag)
 
 
-def setup(app: web.Application, ctx: HttpContext) -> None:
-    lag = LoopLag()
+def setup(app: web.Application, ctx: HttpContext, lag: LoopLag | None = None) -> None:
+    """``/metrics``; ``lag`` is a sampler its owner runs (the node's, from its start), else
+    this app starts and stops its own."""
+    owned = lag is None
+    lag = LoopLag() if lag is None else lag
     app[LAG] = lag
     registry = CollectorRegistry(auto_describe=False)
     registry.register(NodeCollector(ctx, lag))
@@ -267,8 +230,9 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     async def stopped(app: web.Application) -> None:
         await lag.stop()
 
-    app.on_startup.append(started)
-    app.on_cleanup.append(stopped)
+    if owned:
+        app.on_startup.append(started)
+        app.on_cleanup.append(stopped)
     app.router.add_get("/metrics", metrics)
 
 
