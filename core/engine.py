@@ -270,6 +270,14 @@ class Engine:
                     log.exception("expiry scan of %s failed", q.name)
 
     # -- sessions -------------------------------------------------------------------------
+    def begin_burst(self) -> None:
+        """An adapter starts handling one burst of input (what one read brought): the store
+        writes it causes, until :meth:`end_burst`, become one journal batch."""
+        self.persistence.begin()
+
+    def end_burst(self) -> None:
+        self.persistence.end()
+
     def open_session(
         self,
         principal: Principal,

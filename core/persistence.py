@@ -261,6 +261,20 @@ class RecoveredState:
                 yield mid
 
 
+def _follow(src: asyncio.Future[None], dst: asyncio.Future[None]) -> None:
+    """Settle ``dst`` as ``src`` was settled."""
+    if dst.done():
+        return
+    if src.cancelled():
+        dst.cancel()
+        return
+    exc = src.exception()
+    if exc is not None:
+        dst.set_exception(exc)
+    else:
+        dst.set_result(None)
+
+
 class Persistence:
     """Builds journal batches and counts references per durable message."""
 
@@ -271,6 +285,11 @@ class Persistence:
         self.bindings = bindings if bindings is not None else journal
         self.enabled = enabled
         self.refcounts: dict[int, int] = {}
+        # the writes of one burst of input (begin() .. end()), gathered into one journal
+        # batch: one record header, checksum, lock and future instead of one per message
+        self._burst: list[Op] | None = None
+        self._burst_fut: asyncio.Future[None] | None = None
+        self._depth = 0
 
     # -- batches --------------------------------------------------------------------------
     @staticmethod
@@ -314,11 +333,56 @@ class Persistence:
     def write(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:
             return None
-        return self.journal.write(ops, sync)
+        burst = self._burst
+        if burst is None:
+            return self.journal.write(ops, sync)
+        burst.extend(ops)  # in order; written at end()
+        if not sync:
+            return None
+        fut = self._burst_fut
+        if fut is None:
+            fut = self._burst_fut = asyncio.get_running_loop().create_future()
+        return fut
+
+    def begin(self) -> None:
+        """Gather every write until the matching :meth:`end` into one journal batch: the
+        writes of one burst of input, made on the loop without a pause, keep their order and
+        each synchronous one completes when the batch is on disk.  Nestable."""
+        if self._depth == 0:
+            self._burst = []
+        self._depth += 1
+
+    def end(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self._write_burst()
+            self._burst = None
+
+    def _write_burst(self) -> None:
+        ops, fut = self._burst, self._burst_fut
+        self._burst_fut = None
+        if not ops:
+            return
+        self._burst = []
+        try:
+            done = self.journal.write(ops, fut is not None)
+        except Exception as e:  # the store failed: every synchronous write of the burst fails
+            if fut is None:  # nothing waits (acknowledgements): redelivered after a restart
+                log.error("store write of %d operations failed: %s", len(ops), e)
+            else:
+                fut.set_exception(e)
+            return
+        if fut is not None:
+            if done is None:
+                fut.set_result(None)
+            else:
+                done.add_done_callback(lambda f: _follow(f, fut))
 
     def write_bindings(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:
             return None
+        if self._burst:  # what the burst wrote so far goes first, as it was made first
+            self._write_burst()
         return self.bindings.write(ops, sync)
 
     async def flush(self) -> None:

@@ -33,6 +33,7 @@ class Browser:
     """A link that copies a queue's waiting messages to the client (proton: our Sender)."""
 
     __slots__ = ("amqp", "link", "ptr", "messages", "sent", "closed", "_scheduled")
+    incoming = False  # proton: a sender (deliveries go out on it)
 
     def __init__(self, amqp: AmqpSession, link: Link, messages: Iterator[Message]) -> None:
         self.amqp = amqp

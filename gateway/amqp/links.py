@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from proton import Condition, Delivery, Link, Terminus
@@ -71,7 +72,10 @@ class Producer:
         "gates",
         "window",
         "closed",
+        "waiting",
+        "hooked",
     )
+    incoming = True  # proton: a receiver (transfers come in on it)
 
     def __init__(self, amqp: AmqpSession, link: Link, address: str | None, routing: str | None):
         self.amqp = amqp
@@ -83,6 +87,11 @@ class Producer:
         self.gates = 0  # blocked addresses this link waits for: no new credit meanwhile
         self.window = amqp.options.credit_window
         self.closed = False
+        # unsettled transfers whose store write is pending, oldest first: (delivery, future,
+        # txid).  One callback per fsync group, not per message: hooked on the oldest
+        # pending future, it answers every transfer whose future is done by then.
+        self.waiting: deque[tuple[Any, asyncio.Future[None], str | None]] = deque()
+        self.hooked = False
 
     @classmethod
     def attach(cls, amqp: AmqpSession, link: Link) -> Producer | None:
@@ -120,12 +129,13 @@ class Producer:
     def transfer(self, d: Any) -> None:
         ptr = self.ptr
         limit = self.amqp.options.max_message_size
-        if pn.pending(d) > limit:  # in one frame or several: the link is detached
+        size = pn.pending(d)
+        if size > limit:  # in one frame or several: the link is detached
             self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {limit} bytes"))
             return
         if pn.partial(d):
             return
-        payload = pn.recv(ptr, pn.pending(d))
+        payload = pn.recv(ptr, size)
         pn.advance(ptr)
         if pn.aborted(d):
             pn.settle(d)
@@ -151,7 +161,10 @@ class Producer:
             self._done(d, fut, txid)
         else:
             pn.incref(d)  # held until the store answers, whatever happens to the link
-            fut.add_done_callback(lambda f: self._later(d, f, txid))
+            self.waiting.append((d, fut, txid))
+            if not self.hooked:
+                self.hooked = True
+                fut.add_done_callback(self._stored)
         self._credit()
 
     def _send(self, payload: bytes, txid: str | None) -> asyncio.Future[None] | None:
@@ -180,11 +193,24 @@ class Producer:
             gate.add_done_callback(self._unblock)
         return fut
 
-    def _later(self, d: Any, fut: asyncio.Future[None], txid: str | None) -> None:
-        try:
-            self._done(d, fut, txid)
-        finally:
-            pn.decref(d)
+    def _stored(self, _: object) -> None:
+        """A pending store write finished: answer every transfer whose write is done, then
+        wait on the oldest one still pending (writes finish in order, so usually none)."""
+        self.hooked = False
+        waiting = self.waiting
+        done = self._done
+        while waiting:
+            d, fut, txid = waiting[0]
+            if not fut.done():
+                self.hooked = True
+                fut.add_done_callback(self._stored)
+                break
+            waiting.popleft()
+            try:
+                done(d, fut, txid)
+            finally:
+                pn.decref(d)
+        self.amqp.want_flush()
 
     def _done(self, d: Any, fut: asyncio.Future[None] | None, txid: str | None) -> None:
         if self.amqp.closed or self.closed:
@@ -199,7 +225,6 @@ class Producer:
             pn.settle(d)
         else:
             self._settle(d, pn.ACCEPTED, None, txid)
-        self.amqp.want_flush()
 
     def _settle(self, d: Any, state: int, cond: Condition | None, txid: str | None) -> None:
         dlv = Delivery.wrap(d)
@@ -246,6 +271,7 @@ class Subscriber:
     delivery handler."""
 
     __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed")
+    incoming = False  # proton: a sender (deliveries go out on it)
 
     def __init__(self, amqp: AmqpSession, link: Link, presettled: bool) -> None:
         self.amqp = amqp

@@ -103,6 +103,10 @@ _NEAREST: dict[type, Any] = {
     Decimal: bytes,
 }
 _ID_TYPES = (str, int, uuid.UUID, bytes)
+# header sections (list8 encodings) already decoded: a producer sends the same few (durable,
+# priority, ttl); the decoded lists are only read, never changed
+_HEADERS: dict[bytes, list[Any]] = {}
+_HEADERS_MAX = 256
 
 
 def _section_code(buf: bytes, pos: int) -> tuple[int, int]:
@@ -130,7 +134,7 @@ def message_from_transfer(
     ``address`` is the link's target (or "" for the anonymous relay: the caller routes by the
     returned ``to``).  DecodeError (or ValueError for a value the core cannot hold) names
     what was wrong."""
-    buf = payload
+    buf = payload if type(payload) is bytes else bytes(payload)
     n = len(buf)
     pos = 0
     header = props = app = None
@@ -140,17 +144,39 @@ def message_from_transfer(
     value: Any = None
     value_at = 0
     while pos < n:
-        code, p = _section_code(buf, pos)
+        if buf[pos] == 0 and pos + 3 < n and buf[pos + 1] == 0x53:  # the usual short form
+            code = buf[pos + 2]
+            p = pos + 3
+        else:
+            code, p = _section_code(buf, pos)
         if code >= DATA:
             if body_start < 0:
                 body_start = pos
             if code != FOOTER:
                 value_at = p
-            value, pos = decode_value(buf, p)
+            end = p + 2 + buf[p + 1] if p + 1 < n and buf[p] == 0xA0 else n + 1
+            if end <= n:  # a short binary (data, or amqp-value binary), read in place
+                value, pos = buf[p + 2 : end], end
+            else:
+                value, pos = decode_value(buf, p)
             body_kinds.append(code)
             continue
         if body_start >= 0:
             raise DecodeError(f"byte {pos}: section 0x{code:02x} after the body")
+        if code == HEADER and p + 1 < n and buf[p] == 0xC0:  # list8: a producer's few forms
+            end = p + 2 + buf[p + 1]
+            key = buf[p:end]
+            header = _HEADERS.get(key)
+            if header is None:
+                v, end = decode_value(buf, p)
+                header = _fields(v, "header")
+                if len(_HEADERS) < _HEADERS_MAX:
+                    _HEADERS[key] = header
+            pos = end
+            continue
+        if code == PROPERTIES and p < n and buf[p] == 0x45:  # list0: no properties at all
+            pos = p + 1
+            continue
         v, end = decode_value(buf, p)
         if code == HEADER:
             header = _fields(v, "header")
@@ -299,23 +325,42 @@ def _body(
     if start < 0:
         msg.body = b""
         return "n"
-    section = buf[start:]
     if len(kinds) == 1:
         k = kinds[0]
-        if k == DATA:
+        # the one section runs to the end; is it what encode_message writes back (a short
+        # descriptor, then the compact width)?  Else the section itself is kept.
+        short = value_at == start + 3 and buf[start + 1] == 0x53
+        if k == DATA and type(value) is bytes:
             msg.body = value
-            return None if section[3:] == encode_binary(value) else bytes(section)
+            return (
+                None
+                if short and _compact(buf, value_at, len(value), 0xA0, 0xB0)
+                else bytes(buf[start:])
+            )
         if k == VALUE and type(value) is str:
-            msg.body = value.encode()
-            return "s" if section[3:] == encode_string(value) else bytes(section)
+            msg.body = body = value.encode()
+            return (
+                "s"
+                if short and _compact(buf, value_at, len(body), 0xA1, 0xB1)
+                else bytes(buf[start:])
+            )
         if k == VALUE and type(value) is bytes:
             msg.body = value
-            return "b" if section[3:] == encode_binary(value) else bytes(section)
-    msg.body = bytes(section)
+            return (
+                "b"
+                if short and _compact(buf, value_at, len(value), 0xA0, 0xB0)
+                else bytes(buf[start:])
+            )
+    msg.body = bytes(buf[start:])
     if msg.content_type is None:
         msg.content_type = SECTIONS_TYPE
         return "R"
     return "r"
+
+
+def _compact(buf: bytes, at: int, size: int, small: int, large: int) -> bool:
+    """Whether the value at ``at`` (``size`` bytes) has the width the encoder would choose."""
+    return buf[at] == (small if size < 256 else large)
 
 
 # -- out ----------------------------------------------------------------------------------
@@ -362,6 +407,11 @@ def encode_message(msg: Message, delivery_count: int, now: int) -> bytes:
     return b"".join(out)
 
 
+# the encoded ``to`` of recent addresses (every delivery carries its address)
+_TO: dict[str, bytes] = {}
+_TO_MAX = 1024
+
+
 def _props_fields(msg: Message, ann: dict[str, PropertyValue] | None) -> list[bytes]:
     std = msg._std
     to = ann.get(DESTINATION) if ann else None
@@ -387,7 +437,13 @@ def _props_fields(msg: Message, ann: dict[str, PropertyValue] | None) -> list[by
             f[10] = encode_string(std[7])  # type: ignore[arg-type]
         if std[8] is not None:
             f[11] = encode_uint(int(std[8]))
-    f[2] = encode_string(str(to) if to is not None else msg.address)
+    to_s = str(to) if to is not None else msg.address
+    enc = _TO.get(to_s)
+    if enc is None:
+        if len(_TO) >= _TO_MAX:
+            _TO.clear()
+        enc = _TO[to_s] = encode_string(to_s)
+    f[2] = enc
     if msg.expiration:
         f[8] = encode_timestamp(msg.expiration)
     if msg.timestamp:
@@ -413,7 +469,8 @@ def _app_section(msg: Message, ann: dict[str, PropertyValue] | None) -> bytes | 
     props = msg._props
     extra = None
     if ann:
-        extra = {k: v for k, v in ann.items() if k not in PRIVATE}
+        if not ann.keys() <= PRIVATE:  # core annotations other protocols see as properties
+            extra = {k: v for k, v in ann.items() if k not in PRIVATE}
         raw = ann.get(APP_PROPERTIES)
         if raw is not None:
             if not extra:

@@ -161,17 +161,24 @@ class AmqpSession(TransactionsMixin):
             self._push(rest)
 
     def _push(self, data: bytes) -> None:
-        t = self.transport
-        while data:
-            cap = t.capacity()
-            if cap <= 0:
-                break  # the transport takes no more input (closed): the rest is dropped
-            chunk, data = data[:cap], data[cap:]
-            t.push(chunk)
+        """Input through proton, then output; the store writes of the burst are one journal
+        batch (``Engine.begin_burst``)."""
+        engine = self.engine
+        engine.begin_burst()
+        try:
+            t = self.transport
+            while data:
+                cap = t.capacity()
+                if cap <= 0:
+                    break  # the transport takes no more input (closed): the rest is dropped
+                chunk, data = data[:cap], data[cap:]
+                t.push(chunk)
+                self._process()
+                if self.closed:
+                    return
             self._process()
-            if self.closed:
-                return
-        self._process()
+        finally:
+            engine.end_burst()
         self._flush()
 
     def _process(self) -> None:
@@ -203,18 +210,17 @@ class AmqpSession(TransactionsMixin):
     def _delivery(self, d: Any) -> None:
         link = pn.delivery_link(d)
         state = self.links.get(link)
-        if pn.is_receiver(link):
-            if not pn.readable(d):
-                return
-            if state is None:  # a link already detached: drop what still arrives
-                if not pn.partial(d):
-                    pn.recv(link, pn.pending(d))
-                    pn.advance(link)
-                    pn.settle(d)
-                return
-            state.transfer(d)
-        elif state is not None and pn.updated(d):
-            state.disposition(d)
+        if state is not None:
+            if state.incoming:
+                if pn.readable(d):
+                    state.transfer(d)
+            elif pn.updated(d):
+                state.disposition(d)
+        elif pn.is_receiver(link) and pn.readable(d) and not pn.partial(d):
+            # a link already detached: drop what still arrives
+            pn.recv(link, pn.pending(d))
+            pn.advance(link)
+            pn.settle(d)
 
     # -- output -----------------------------------------------------------------------------
     def want_flush(self) -> None:

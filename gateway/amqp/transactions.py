@@ -74,6 +74,7 @@ class Coordinator:
     """The client's sender to the coordinator target."""
 
     __slots__ = ("amqp", "link", "closed")
+    incoming = True  # proton: a receiver (transfers come in on it)
 
     def __init__(self, amqp: AmqpSession, link: Link) -> None:
         self.amqp = amqp

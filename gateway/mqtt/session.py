@@ -171,6 +171,8 @@ class MqttSession(PublishIn, Deliveries):
         if self.closed:
             return
         self._last_read = _monotonic()  # one clock reading per read, not per packet
+        engine = self.engine
+        engine.begin_burst()  # the store writes of this read are one journal batch
         try:
             try:
                 packets = self.parser.feed(data)
@@ -188,6 +190,8 @@ class MqttSession(PublishIn, Deliveries):
         except Exception:  # a bug must not take the server down: report and close
             log.exception("MQTT session %s: internal error", self.link.peer)
             self._protocol_error(R.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
+        finally:
+            engine.end_burst()
 
     def _run_then_fail(self, e: MalformedPacket | ProtocolError) -> None:
         before: list[Any] = getattr(e, "packets", None) or []

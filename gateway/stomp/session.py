@@ -152,6 +152,8 @@ class StompSession:
         if self._authenticating is not None:  # held until the login check answers
             self._authenticating += data
             return
+        engine = self.engine
+        engine.begin_burst()  # the store writes of this read are one journal batch
         try:
             events = self.parser.feed(data)
             while events:
@@ -172,6 +174,8 @@ class StompSession:
         except Exception:  # a bug must not take the server down: report and close
             log.exception("STOMP session %s: internal error", self.link.peer)
             self.fail("internal error", "the server failed to process the frame; see its log")
+        finally:
+            engine.end_burst()
 
     def _handle(self, frame: Frame) -> None:
         cmd = frame.command

@@ -174,6 +174,12 @@ def test_anonymous_relay_to_and_priority_clamp():
         (b"\x00\x53\x74\xc1\x03\x01\xa1", "truncated"),
         (b"\x00\x53\x75\xa0\x01a\x00\x53\x73\x45", "after the body"),
         (b"\x01", "described"),
+        # cut inside the forms the decoder reads in place (header, empty properties, body)
+        (b"\x00\x53\x70\xc0\x02\x01", "truncated"),
+        (b"\x00\x53\x73", "truncated"),
+        (b"\x00\x53\x75\xa0\x05ab", "truncated"),
+        (b"\x00\x53\x77\xa0", "truncated"),
+        (b"\x00\x53\x75", "truncated"),
     ],
 )
 def test_malformed_payloads_are_decode_errors_that_say_why(payload, why):
