@@ -10,6 +10,7 @@ sessions) runs at start as before, importing the package only when there is such
 
 from __future__ import annotations
 
+from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from waystation.gateway.adapter import ProtocolAdapter
@@ -21,33 +22,25 @@ if TYPE_CHECKING:
     from waystation.gateway.link import Link
 
 
-def _amqp() -> ProtocolAdapter:
-    from waystation.gateway.amqp import ADAPTER as AMQP
+class _Lazy:
+    """An adapter package imported on first use: its sessions and refusals."""
 
-    return AMQP
+    def __init__(self, module: str) -> None:
+        self.module = module
 
+    def adapter(self) -> ProtocolAdapter:
+        adapter: ProtocolAdapter = import_module(self.module).ADAPTER
+        return adapter
 
-def _amqp_session(engine: Engine, link: Link, acceptor: Any) -> StreamSession:
-    return _amqp().new_session(engine, link, acceptor)
+    def new_session(self, engine: Engine, link: Link, acceptor: Any) -> StreamSession:
+        return self.adapter().new_session(engine, link, acceptor)
 
-
-def _amqp_refusal(why: str) -> bytes:
-    return _amqp().refusal(why)
-
-
-def _mqtt() -> ProtocolAdapter:
-    from waystation.gateway.mqtt import ADAPTER as MQTT
-
-    return MQTT
+    def refusal(self, why: str) -> bytes:
+        return self.adapter().refusal(why)
 
 
-def _mqtt_session(engine: Engine, link: Link, acceptor: Any) -> StreamSession:
-    return _mqtt().new_session(engine, link, acceptor)
-
-
-def _mqtt_refusal(why: str) -> bytes:
-    return _mqtt().refusal(why)
-
+_AMQP = _Lazy("waystation.gateway.amqp")
+_MQTT = _Lazy("waystation.gateway.mqtt")
 
 MQTT_STATE = "mqtt/"  # the client-state scopes of MQTT sessions (gateway/mqtt/session.py)
 
@@ -56,22 +49,22 @@ def _mqtt_on_start(engine: Engine) -> object:
     """MQTT's own ``on_start``, when the store holds an MQTT session to re-arm."""
     if not engine.client_states.scopes(MQTT_STATE):
         return 0
-    on_start = _mqtt().on_start
+    on_start = _MQTT.adapter().on_start
     return on_start(engine) if on_start is not None else 0
 
 
 # the same fields as gateway/amqp's and gateway/mqtt's ADAPTER (tests check they agree)
 AMQP = ProtocolAdapter(
     name="amqp",
-    new_session=_amqp_session,
-    refusal=_amqp_refusal,
+    new_session=_AMQP.new_session,
+    refusal=_AMQP.refusal,
     subprotocols=("amqp", "AMQPWSB10"),
     text_frames=False,
 )
 MQTT = ProtocolAdapter(
     name="mqtt",
-    new_session=_mqtt_session,
-    refusal=_mqtt_refusal,
+    new_session=_MQTT.new_session,
+    refusal=_MQTT.refusal,
     subprotocols=("mqtt", "mqttv3.1"),
     on_start=_mqtt_on_start,
     text_frames=False,
