@@ -320,7 +320,7 @@ class MqttParser:
                 self._connected = True
         elif ptype in _FROM_CLIENT:
             raise ProtocolError(0x82, f"a server sent {_NAMES[ptype]}, a client's packet")
-        return self._DECODERS[ptype](self, data, s, end)
+        return _DECODERS[ptype](self, data, s, end)
 
     def _packet_id(self, data: bytes, s: int, end: int, name: str) -> int:
         if s + 2 > end:
@@ -422,7 +422,7 @@ class MqttParser:
             raise ProtocolError(0x82, f"{ref} session present with a failure reason code")
         return ConnAck(code, bool(ack), props)
 
-    def _ack(self, ptype: int, data: bytes, s: int, end: int) -> PubAck:
+    def _ack(self, ptype: int, data: bytes, s: int, end: int) -> PubAck | PubRec | PubRel | PubComp:
         name = _NAMES[ptype]
         pid = self._packet_id(data, s, end, name)
         code = 0
@@ -435,7 +435,7 @@ class MqttParser:
             if end > i:
                 props, i = decode_properties(data, i, end, ptype)
         self._done(i, end, name)
-        return _ACK_TYPES[ptype](pid, code, props)  # type: ignore[return-value]
+        return _ACK_TYPES[ptype](pid, code, props)
 
     def _subscribe(self, data: bytes, s: int, end: int) -> Subscribe:
         pid = self._packet_id(data, s, end, "SUBSCRIBE")
@@ -552,19 +552,21 @@ class MqttParser:
     def _auth(self, data: bytes, s: int, end: int) -> Auth:
         return Auth(*self._reason_and_props(15, data, s, end))
 
-    _DECODERS: dict[int, Callable[[MqttParser, bytes, int, int], Packet]] = {
-        1: _connect,
-        2: _connack,
-        4: lambda self, d, s, e: self._ack(4, d, s, e),
-        5: lambda self, d, s, e: self._ack(5, d, s, e),
-        6: lambda self, d, s, e: self._ack(6, d, s, e),
-        7: lambda self, d, s, e: self._ack(7, d, s, e),
-        8: _subscribe,
-        9: _suback,
-        10: _unsubscribe,
-        11: _unsuback,
-        12: _pingreq,
-        13: _pingresp,
-        14: _disconnect,
-        15: _auth,
-    }
+
+# Outside the class body, so that mypyc can compile the class (methods by packet type).
+_DECODERS: dict[int, Callable[[MqttParser, bytes, int, int], Packet]] = {
+    1: MqttParser._connect,
+    2: MqttParser._connack,
+    4: lambda self, d, s, e: self._ack(4, d, s, e),
+    5: lambda self, d, s, e: self._ack(5, d, s, e),
+    6: lambda self, d, s, e: self._ack(6, d, s, e),
+    7: lambda self, d, s, e: self._ack(7, d, s, e),
+    8: MqttParser._subscribe,
+    9: MqttParser._suback,
+    10: MqttParser._unsubscribe,
+    11: MqttParser._unsuback,
+    12: MqttParser._pingreq,
+    13: MqttParser._pingresp,
+    14: MqttParser._disconnect,
+    15: MqttParser._auth,
+}

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = [
     "HEARTBEAT",
@@ -94,7 +95,7 @@ class Heartbeat:
     """A bare EOL between frames; there is one instance, :data:`HEARTBEAT`."""
 
     __slots__ = ()
-    _instance: Heartbeat | None = None
+    _instance: ClassVar[Heartbeat | None] = None
 
     def __new__(cls) -> Heartbeat:
         if cls._instance is None:
