@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -88,12 +89,20 @@ def main() -> int:
 
     spark = spark_session(a.master, driver_memory=a.driver_memory)
     jvm = time.perf_counter() - t0
+    marks = [cpu_seconds()]  # CPU at each phase's start (the job says when one begins)
     out = d / "out"
-    result = reconcile(spark, read_events(spark, [d / "logs"]), out, journey=a.journey)
+    result = reconcile(
+        spark, read_events(spark, [d / "logs"]), out, journey=a.journey,
+        progress=lambda _s: marks.append(cpu_seconds()),
+    )  # fmt: skip
     total = time.perf_counter() - t0
     cpu = cpu_seconds() - c0  # before stop(): the JVM's time goes with it
     spark.stop()
     stages = {"spark_start": round(jvm, 2), **result.timings}
+    # phases announced: read, messages, summary, routes, report (and the end)
+    marks.append(c0 + cpu)
+    stage_cpu = [marks[0] - c0] + [b - a for a, b in zip(marks[1:], marks[2:], strict=False)]
+    cpu_by_stage = {k: round(v, 1) for k, v in zip(stages, stage_cpu, strict=False)}
     figures = {
         "events": n,
         "messages": result.summary["messages"],
@@ -104,12 +113,15 @@ def main() -> int:
         "events_per_second": round(n / total),
         "cpu_seconds": round(cpu, 1),
         "stages_s": stages,
+        "stages_cpu_s": cpu_by_stage,
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "status": result.summary["status"],
     }
-    print(f"| {n:,} events, {a.master}, {a.format} | seconds |\n|---|---|")
+    print(f"| {n:,} events, {a.master}, {a.format} | seconds | CPU seconds |\n|---|---|---|")
     for k, v in stages.items():
-        print(f"| {k} | {v:.1f} |")
-    print(f"| **total** | **{total:.1f}** |")
+        print(f"| {k} | {v:.1f} | {cpu_by_stage.get(k, float('nan')):.1f} |")
+    print(f"| **total** | **{total:.1f}** | **{cpu:.0f}** |")
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
     print(f"{n / total:,.0f} events/s; CPU {cpu:.0f} s ({cpu / total:.2f} cores busy on average)")
     print(f"statuses {result.summary['status']}")
     if a.json:

@@ -1,7 +1,8 @@
 """The reconcile job: one status per message across every node's log, flow figures per route.
 
 A message is followed by its ``trace_id`` (set where it first entered, kept across bridges).
-Its fate is judged per *queue reference* ``(trace, node, queue)`` and the worst one wins:
+Its fate is judged per *queue reference* ``(trace, node, queue)`` and the worst one wins
+(the rules: :mod:`waystation.pipeline.verdicts`):
 
 * a destination queue (not ``sf.*``) is done when acknowledged; routed or acknowledged more
   than once there is ``duplicated``; a ``dead_lettered`` or ``expired`` event ends it so;
@@ -16,6 +17,12 @@ Its fate is judged per *queue reference* ``(trace, node, queue)`` and the worst 
 Precedence: duplicated > dead_lettered > expired > lost > in_flight > delivered.  A trace
 whose only fate is a ``dropped`` event (no route, address full, a duplicate resend with a new
 trace) is ``dropped`` with that reason; accepted and then nothing at all is ``lost``.
+
+The plan, for CPU on a small machine (docs/pipeline.md): a small overview pass (nodes,
+restarts, the address and reason strings), then the events are shuffled once by trace and
+aggregated per ``(trace, node, queue)`` with number-only buffers (strings that are carried,
+not compared, travel as 64-bit hashes), and per trace, in the same stage, into one row with
+its references as an array.  Routes and latencies come from the written ``messages/``.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from waystation.core.names import SF_PREFIX
+from waystation.pipeline import verdicts as V
 
 STATUSES = (
     "delivered",
@@ -40,14 +48,6 @@ STATUSES = (
     "duplicated",
     "dropped",
 )
-_RANK = {
-    "delivered": 1,
-    "in_flight": 2,
-    "lost": 3,
-    "expired": 4,
-    "dead_lettered": 5,
-    "duplicated": 6,
-}
 
 #: A jump of the id generator's millisecond part larger than this between consecutive ids
 #: seen in one node's log is a restart: within a run it moves 1 ms per 65,536 ids, so 100 ms
@@ -63,6 +63,11 @@ PERCENTILE_ACCURACY = 100_000
 #: Latency stages: from the origin's ``accepted`` to ...
 STAGES = ("forward", "remote_accept", "delivery", "ack")
 
+#: Event names as small codes before the shuffle (fewer bytes, integer comparisons).
+_CODES = ("accepted", "routed", "delivered", "acked", "forwarded", "dead_lettered", "expired",
+          "dropped")  # fmt: skip
+ACC, ROUTED, DELIVERED, ACKED, FORWARDED, DEAD, EXPIRED, DROPPED = range(len(_CODES))
+
 
 @dataclass
 class Result:
@@ -73,195 +78,232 @@ class Result:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def _n(event: str) -> Column:
-    return F.sum(F.when(F.col("event") == event, 1).otherwise(0))
+def _h(col: Column) -> Column:
+    """A string as a 64-bit hash (null stays null), turned back by :func:`_unhash`."""
+    return F.when(col.isNotNull(), F.xxhash64(col))
 
 
-def _first(event: str) -> Column:
-    return F.min(F.when(F.col("event") == event, F.col("ts_us")))
+def _is(code: int) -> Column:
+    return F.col("e") == code
 
 
-def run_starts(ev: DataFrame) -> DataFrame:
-    """Per node, the start (ms) of its last run seen in its message ids: ``node, restart_ms``
-    (only nodes that restarted)."""
-    ids = ev.select("node", F.shiftright(F.col("message_id"), 16).alias("s")).distinct()
+def _n(code: int) -> Column:
+    return F.sum(F.when(_is(code), 1).otherwise(0))
+
+
+def _first(code: int) -> Column:
+    return F.min(F.when(_is(code), F.col("ts_us")))
+
+
+def overview(ev: DataFrame) -> DataFrame:
+    """One small aggregate for what the main pass needs up front: events per ``(node, run
+    millisecond of the message id, address, reason, dead-lettered or not)`` (cache it)."""
+    return ev.groupBy(
+        "node",
+        F.shiftright(F.col("message_id"), 16).alias("s"),
+        "address",
+        "reason",
+        (F.col("event") == "dead_lettered").alias("dead"),
+    ).agg(F.count(F.lit(1)).alias("n"))
+
+
+def run_starts(ov: DataFrame) -> dict[str, int]:
+    """Per node that restarted, the start (ms) of its last run seen in its message ids."""
+    ids = ov.select("node", "s").where(F.col("s").isNotNull()).distinct()
     w = Window.partitionBy("node").orderBy("s")
     gaps = ids.withColumn("prev", F.lag("s").over(w)).where(
         F.col("s") - F.col("prev") > RESTART_GAP_MS
     )
-    return gaps.groupBy("node").agg(F.max("s").alias("restart_ms"))
+    rows = gaps.groupBy("node").agg(F.max("s").alias("restart_ms")).collect()
+    return {r["node"]: r["restart_ms"] for r in rows}
 
 
-def queue_refs(ev: DataFrame, nodes: list[str], traces: DataFrame) -> DataFrame:
-    """One row per ``(trace_id, node, queue)`` with its counts and its own verdict
-    (``traces``: :func:`trace_facts`, for the nodes each trace was seen on)."""
-    q = (
-        ev.where(F.col("queue").isNotNull())
-        .groupBy("trace_id", "node", "queue")
-        .agg(
-            _n("routed").alias("n_routed"),
-            _n("delivered").alias("n_delivered"),
-            _n("acked").alias("n_acked"),
-            _n("forwarded").alias("n_forwarded"),
-            _n("dead_lettered").alias("n_dead"),
-            _n("expired").alias("n_expired"),
-            F.max("ts_us").alias("last_us"),
-            F.max(F.col("durable").cast("int")).alias("durable"),
-            _first("delivered").alias("del_us"),
-            _first("acked").alias("ack_us"),
-        )
-    )
-    sf = F.col("queue").startswith(SF_PREFIX)
-    peer = F.substring(F.col("queue"), len(SF_PREFIX) + 1, 1 << 20)
-    peer_seen = F.array_contains(F.col("trace_nodes"), peer)
-    peer_logged = peer.isin(nodes) if nodes else F.lit(False)
-    gone = (F.coalesce(F.col("durable"), F.lit(0)) == 0) & (
-        F.col("restart_ms") * 1000 > F.col("last_us")
-    )
-    waiting = F.when(gone, "lost").otherwise("in_flight")
-    dest = (
-        F.when((F.col("n_routed") > 1) | (F.col("n_acked") > 1), "duplicated")
-        .when(F.col("n_dead") > 0, "dead_lettered")
-        .when(F.col("n_expired") > 0, "expired")
-        .when(F.col("n_acked") > 0, "delivered")
-        .otherwise(waiting)
-    )
-    hop = (
-        F.when(F.col("n_dead") > 0, "dead_lettered")
-        .when(F.col("n_expired") > 0, "expired")
-        .when(peer_seen, "delivered")
-        .when((F.col("n_forwarded") + F.col("n_acked") > 0) & peer_logged, "lost")
-        .when(F.col("n_forwarded") + F.col("n_acked") > 0, "in_flight")  # peer's log not given
-        .otherwise(waiting)
-    )
-    detail = (
-        F.when(sf & ~peer_seen & (F.col("n_forwarded") > 0) & peer_logged,
-               F.concat(F.lit("forwarded to "), peer, F.lit(", never accepted there")))
-        .when(sf & ~peer_seen & (F.col("n_forwarded") > 0),
-              F.concat(F.lit("forwarded to "), peer, F.lit(", whose log was not given")))
-        .when(gone & (F.col("n_acked") + F.col("n_dead") + F.col("n_expired") == 0),
-              F.concat(F.lit("non-durable, in "), F.col("node"), F.lit(":"), F.col("queue"),
-                       F.lit(" when the node restarted")))
-        .when(F.col("n_routed") > 1, F.concat(F.lit("routed "), F.col("n_routed").cast("string"),
-                                              F.lit(" times to "), F.col("node"), F.lit(":"),
-                                              F.col("queue")))
-        .when(F.col("n_acked") > 1, F.concat(F.lit("acknowledged "), F.col("n_acked").cast("string"),
-                                             F.lit(" times on "), F.col("node"), F.lit(":"),
-                                             F.col("queue")))
+def _unhash(df: DataFrame, strings: DataFrame, col: str) -> DataFrame:
+    d = strings.select(F.col("h").alias(col), F.col("s").alias(f"{col}_s"))
+    return df.join(F.broadcast(d), col, "left").drop(col).withColumnRenamed(f"{col}_s", col)
+
+
+def queue_refs(ev: DataFrame, nodes: list[str], restarts: dict[str, int], parts: int,
+               journey: bool) -> DataFrame:  # fmt: skip
+    """One row per ``(trace_id, node, queue)`` (``queue`` null for events outside a queue:
+    ``accepted``, ``dropped``) with its counts, first times and verdict (bridge hops: their fields, judged per trace).  The
+    one shuffle of the events: clustered by trace, so the per-trace step needs none."""
+    e = F.create_map(*[F.lit(x) for i, name in enumerate(_CODES) for x in (name, i)])
+    slim = ev.select(
+        "trace_id",
+        "node",
+        "queue",
+        e[F.col("event")].alias("e"),
+        "ts_us",
+        F.col("durable").cast("int").alias("durable"),
+        _h(F.when(F.col("event") == "accepted", F.col("address"))).alias("addr_h"),
+        _h(F.when(F.col("event").isin("dead_lettered", "dropped"), F.col("reason"))).alias("why_h"),
+        *([F.struct("ts_us", "node", "event", "queue", "message_id").alias("j")] if journey else []),
     )  # fmt: skip
-    return (
-        q.join(F.broadcast(run_starts(ev)), "node", "left")
-        .join(traces.select("trace_id", F.col("nodes").alias("trace_nodes")), "trace_id")
-        .withColumn("sf", sf)
-        .withColumn("verdict", F.when(sf, hop).otherwise(dest))
-        .withColumn("detail", detail)
-    )
-
-
-def trace_facts(ev: DataFrame, journey: bool = True) -> DataFrame:
-    """One row per trace with what its status needs from its events (one pass)."""
-    accepted = F.col("event") == "accepted"
     aggs = [
-        F.min_by(F.col("node"), F.when(accepted, F.col("ts_us"))).alias("first_node"),
-        F.min_by(F.col("address"), F.when(accepted, F.col("ts_us"))).alias("address"),
-        F.max(F.col("durable").cast("int")).alias("durable"),
+        _n(ROUTED).alias("n_routed"),
+        _n(ACKED).alias("n_acked"),
+        _n(FORWARDED).alias("n_forwarded"),
+        _n(DEAD).alias("n_dead"),
+        _n(EXPIRED).alias("n_expired"),
         F.min("ts_us").alias("first_us"),
         F.max("ts_us").alias("last_us"),
-        F.sort_array(F.collect_set("node")).alias("nodes"),
-        _n("accepted").alias("n_accepted"),
-        _n("dead_lettered").alias("n_dead"),
-        F.max_by(F.col("reason"), F.when(F.col("event") == "dead_lettered", F.col("ts_us"))).alias(
-            "dead_reason"
-        ),
-        F.max_by(F.col("reason"), F.when(F.col("event") == "dropped", F.col("ts_us"))).alias(
-            "drop_reason"
-        ),
-        _n("expired").alias("n_expired"),
+        F.max("durable").alias("durable"),
+        _first(ACC).alias("acc_us"),
+        _first(FORWARDED).alias("fwd_us"),
+        _first(DELIVERED).alias("del_us"),
+        _first(ACKED).alias("ack_us"),
+        F.max(F.when(_is(DEAD), F.col("ts_us"))).alias("dead_us"),
+        F.max(F.when(_is(DROPPED), F.col("ts_us"))).alias("drop_us"),
+        F.min_by("addr_h", F.when(_is(ACC), F.col("ts_us"))).alias("addr_h"),
+        F.max_by("why_h", F.when(_is(DEAD), F.col("ts_us"))).alias("dead_h"),
+        F.max_by("why_h", F.when(_is(DROPPED), F.col("ts_us"))).alias("drop_h"),
     ]
     if journey:
-        aggs.append(
-            F.array_sort(
-                F.collect_list(F.struct("ts_us", "node", "event", "queue", "message_id"))
-            ).alias("journey")
+        aggs.append(F.collect_list("j").alias("journey_part"))
+    q = slim.repartition(parts, "trace_id").groupBy("trace_id", "node", "queue").agg(*aggs)
+    restart = F.create_map(*[F.lit(x) for kv in restarts.items() for x in kv]) if restarts else None
+    gone = F.lit(False)
+    if restart is not None:
+        gone = (F.coalesce(F.col("durable"), F.lit(0)) == 0) & F.coalesce(
+            restart[F.col("node")] * 1000 > F.col("last_us"), F.lit(False)
         )
-    return ev.groupBy("trace_id").agg(*aggs)
+    c = F.col
+    sf = c("queue").startswith(SF_PREFIX)
+    is_dest = c("queue").isNotNull() & ~sf
+    # a destination's verdict is its own; a bridge hop's waits for the trace's nodes
+    fixed = F.when(
+        is_dest, F.when(V.simple(c), V.delivered()).otherwise(V.verdict(c, nodes, F.lit(False)))
+    )
+    return q.withColumn("gone", gone).select(
+        "*",
+        fixed.alias("fixed"),
+        F.when(sf, F.struct(*V.FIELDS)).alias("hop"),
+        (c("node") == _origin()).alias("is_origin"),
+        F.when(is_dest & (c("n_routed") > 0), F.struct("node", "queue", "del_us", "ack_us")).alias(
+            "dest"
+        ),
+    )
 
 
-def messages(traces: DataFrame, refs: DataFrame, journey: bool = True) -> DataFrame:
+def _origin() -> Column:
+    """The origin named by the trace id (``node/id``; null without a ``/``)."""
+    return F.when(
+        F.instr(F.col("trace_id"), "/") > 0,
+        F.expr("substring(trace_id, 1, length(trace_id) - length(substring_index(trace_id, '/', -1)) - 1)"),
+    )  # fmt: skip
+
+
+def messages(refs: DataFrame, strings: DataFrame, nodes: list[str], journey: bool) -> DataFrame:
     """One row per trace: ``trace_id, status, reason, origin_node, address, durable,
-    first_us, last_us, nodes, detail`` (and ``journey``, its events in time order)."""
-    rank = F.create_map(*[F.lit(x) for kv in _RANK.items() for x in kv])
-    worst = refs.groupBy("trace_id").agg(
-        F.max(F.struct(rank[F.col("verdict")].alias("r"), F.col("verdict"), F.col("detail"))).alias(
-            "w"
+    first_us, last_us, nodes, detail, accepted_us, destinations`` (and ``journey``, its
+    events in time order).  ``destinations``: per destination queue reached, the
+    milliseconds from the origin's ``accepted`` (``accepted_us``) to each stage.
+
+    Number-only aggregates where they do; arrays only for what needs the whole trace (a
+    bridge hop's verdict, a destination's remote accept), each of one or two elements."""
+    c = F.col
+    aggs = [
+        F.min_by("node", "acc_us").alias("first_node"),
+        F.min_by("addr_h", "acc_us").alias("address"),
+        F.max("durable").alias("durable"),
+        F.min("first_us").alias("first_us"),
+        F.max("last_us").alias("last_us"),
+        F.sum("n_dead").alias("n_dead"),
+        F.sum("n_expired").alias("n_expired"),
+        F.max_by("dead_h", "dead_us").alias("dead_reason"),
+        F.max_by("drop_h", "drop_us").alias("drop_reason"),
+        F.sort_array(F.collect_set("node")).alias("nodes"),
+        F.max("fixed").alias("fixed"),
+        F.collect_list("hop").alias("hops"),
+        F.min(F.when(c("is_origin"), c("acc_us"))).alias("acc_o"),
+        F.min(F.when(c("is_origin"), c("fwd_us"))).alias("fwd_us"),
+        F.min("acc_us").alias("acc_min"),
+        F.collect_list("dest").alias("dests"),
+        F.collect_list(F.when(c("acc_us").isNotNull(), F.struct("node", "acc_us"))).alias("accs"),
+    ]
+    if journey:
+        aggs.append(F.array_sort(F.flatten(F.collect_list("journey_part"))).alias("journey"))
+    t = refs.groupBy("trace_id").agg(*aggs)
+    for col in ("address", "dead_reason", "drop_reason"):
+        t = _unhash(t, strings, col)
+    hop = F.array_max(
+        F.transform(
+            c("hops"),
+            lambda h: V.verdict(
+                lambda f: h[f], nodes, F.array_contains(c("nodes"), V.peer(lambda f: h[f]))
+            ),
         )
     )
-    t = traces.join(worst, "trace_id", "left")
-    verdict = F.col("w.verdict")
+    verdict = c("w.verdict")
     status = (
-        F.when((verdict == "duplicated"), "duplicated")
-        .when((F.col("n_dead") > 0) & (F.coalesce(verdict, F.lit("")) != "duplicated"),
-              "dead_lettered")
+        F.when(verdict == "duplicated", "duplicated")
+        .when(c("n_dead") > 0, "dead_lettered")
         .when(verdict.isNotNull(), verdict)
-        .when(F.col("n_expired") > 0, "expired")
-        .when(F.col("drop_reason").isNotNull(), "dropped")
+        .when(c("n_expired") > 0, "expired")
+        .when(c("drop_reason").isNotNull(), "dropped")
         .otherwise("lost")
-    )  # fmt: skip
+    )
     reason = (
-        F.when(F.col("status") == "dead_lettered", F.col("dead_reason"))
-        .when(F.col("status") == "dropped", F.col("drop_reason"))
-        .when(F.col("status") == "expired", F.lit("expired"))
+        F.when(c("status") == "dead_lettered", c("dead_reason"))
+        .when(c("status") == "dropped", c("drop_reason"))
+        .when(c("status") == "expired", F.lit("expired"))
     )
     detail = F.when(
-        (F.col("status") == "lost") & verdict.isNull(), F.lit("accepted, then no queue holds it")
-    ).otherwise(F.col("w.detail"))
-    origin = F.coalesce(
-        F.regexp_extract("trace_id", r"^(.*)/[^/]*$", 1).alias("o"), F.col("first_node")
-    )
+        (c("status") == "lost") & verdict.isNull(), F.lit("accepted, then no queue holds it")
+    ).otherwise(c("w.detail"))
+    named = _origin().isNotNull()
+
+    def ms(col: Column) -> Column:
+        return (col - c("accepted_us")) / 1000.0
+
+    def dest(d: Column) -> Column:
+        remote = d["node"] != c("origin_node")
+        racc = F.array_min(
+            F.transform(
+                F.filter(c("accs"), lambda a: a["node"] == d["node"]), lambda a: a["acc_us"]
+            )
+        )
+        return F.struct(
+            d["node"].alias("node"),
+            d["queue"].alias("queue"),
+            F.when(remote, ms(c("fwd_us"))).alias("forward_ms"),
+            F.when(remote, ms(racc)).alias("remote_accept_ms"),
+            ms(d["del_us"]).alias("delivery_ms"),
+            ms(d["ack_us"]).alias("ack_ms"),
+        )
+
     cols = [
         "trace_id", "status", "reason", "origin_node", "address", "durable", "first_us",
-        "last_us", "nodes", "detail",
+        "last_us", "nodes", "detail", "accepted_us", "destinations",
     ] + (["journey"] if journey else [])  # fmt: skip
     return (
-        t.withColumn("status", status)
+        t.withColumn("w", F.greatest(c("fixed"), hop))
+        .withColumn("status", status)
         .withColumn("reason", reason)
         .withColumn("detail", detail)
-        .withColumn("origin_node", origin)
-        .withColumn("durable", F.col("durable").cast("boolean"))
+        # the origin is the trace id's prefix, else where it was first accepted
+        .withColumn("origin_node", F.when(named, _origin()).otherwise(c("first_node")))
+        .withColumn("durable", c("durable").cast("boolean"))
+        .withColumn("accepted_us", F.when(named, c("acc_o")).otherwise(c("acc_min")))
+        .withColumn("fwd_us", F.when(named, c("fwd_us")))
+        .withColumn(
+            "destinations", F.when(c("accepted_us").isNotNull(), F.transform(c("dests"), dest))
+        )
         .select(*cols)
     )
 
 
-def latency(ev: DataFrame, refs: DataFrame) -> DataFrame:
-    """Per delivered destination reference: route ``origin -> node:queue``, the minute of
-    the origin's ``accepted`` and the milliseconds to each stage."""
-    origin = F.regexp_extract("trace_id", r"^(.*)/[^/]*$", 1)
-    hops = (
-        ev.where(F.col("event").isin("accepted", "forwarded"))
-        .groupBy("trace_id", "node")
-        .agg(_first("accepted").alias("racc_us"), _first("forwarded").alias("fwd_us"))
+def latency(m: DataFrame) -> DataFrame:
+    """Per destination reached (from ``messages/``): route ``origin -> node:queue``, the
+    minute of the origin's ``accepted`` and the milliseconds to each stage."""
+    d = m.where(F.col("accepted_us").isNotNull()).select(
+        "origin_node", "accepted_us", F.explode("destinations").alias("d")
     )
-    t0 = hops.where(F.col("node") == origin).select(
-        "trace_id", F.col("racc_us").alias("t0"), "fwd_us"
-    )
-    d = (
-        refs.where(~F.col("sf") & (F.col("n_routed") > 0))
-        .select("trace_id", "node", "queue", "del_us", "ack_us")
-        .join(t0, "trace_id")
-        .join(hops.select("trace_id", "node", "racc_us"), ["trace_id", "node"], "left")
-    )
-    remote = F.col("node") != origin
-
-    def ms(col: Column) -> Column:
-        return (col - F.col("t0")) / 1000.0
-
     return d.select(
-        F.concat(origin, F.lit(" -> "), F.col("node"), F.lit(":"), F.col("queue")).alias("route"),
-        (F.col("t0") / 60_000_000).cast("long").alias("minute"),
-        F.when(remote, ms(F.col("fwd_us"))).alias("forward"),
-        F.when(remote, ms(F.col("racc_us"))).alias("remote_accept"),
-        ms(F.col("del_us")).alias("delivery"),
-        ms(F.col("ack_us")).alias("ack"),
+        F.concat("origin_node", F.lit(" -> "), "d.node", F.lit(":"), "d.queue").alias("route"),
+        (F.col("accepted_us") / 60_000_000).cast("long").alias("minute"),
+        *[F.col(f"d.{s}_ms").alias(s) for s in STAGES],
     )
 
 
@@ -335,12 +377,9 @@ def backlog(ev: DataFrame) -> DataFrame:
     )
 
 
-def dead_letters(ev: DataFrame) -> DataFrame:
-    return (
-        ev.where(F.col("event") == "dead_lettered")
-        .groupBy("node", "reason")
-        .agg(F.count(F.lit(1)).alias("messages"))
-    )
+def dead_letters(ov: DataFrame) -> DataFrame:
+    """Per node and reason, the ``dead_lettered`` events (from the :func:`overview`)."""
+    return ov.where(F.col("dead")).groupBy("node", "reason").agg(F.sum("n").alias("messages"))
 
 
 def reconcile(
@@ -368,25 +407,27 @@ def reconcile(
         t = now
 
     say("reading event logs")
-    # clustered by trace once: every later aggregation and join is by trace (plus node and
-    # queue), so none of them shuffles the events again
-    parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
-    ev = (
-        events.where(F.col("trace_id").isNotNull())
-        .select("ts_us", "node", "event", "trace_id", "message_id", "address", "queue",
-                "durable", "reason")
-        .repartition(parts, "trace_id")
-        .persist()
-    )  # fmt: skip
-    per_node = {r["node"]: r["count"] for r in ev.groupBy("node").count().collect()}
+    ev = events.where(F.col("trace_id").isNotNull())
+    ov = overview(ev).persist()
+    per_node = {r["node"]: r["n"] for r in ov.groupBy("node").agg(F.sum("n").alias("n")).collect()}
     n_events = sum(per_node.values())
-    nodes = sorted(per_node)  # one action fills the cache and gives both
+    nodes = sorted(per_node)
+    restarts = run_starts(ov)
+    strings = (
+        ov.select(F.col("address").alias("s"))
+        .union(ov.select(F.col("reason").alias("s")))
+        .where(F.col("s").isNotNull())
+        .distinct()
+        .select(F.xxhash64("s").alias("h"), "s")
+        .persist()
+    )
+    if strings.select("h").distinct().count() != strings.count():  # 2^-64 per pair: never, but
+        raise RuntimeError("two addresses or reasons share a 64-bit hash")  # not silently
     lap("read")
     say(f"{n_events} events from {len(nodes)} nodes; judging each message")
-    traces = trace_facts(ev, journey).persist()
-    refs = queue_refs(ev, nodes, traces).persist()
-    msgs = messages(traces, refs, journey)
-    msgs.write.mode("overwrite").parquet(str(out / "messages"))
+    parts = int(spark.conf.get("spark.sql.shuffle.partitions") or 8)
+    refs = queue_refs(ev, nodes, restarts, parts, journey)
+    messages(refs, strings, nodes, journey).write.mode("overwrite").parquet(str(out / "messages"))
     lap("messages")
     say("messages written; counting statuses and anomalies")
     m = spark.read.parquet(str(out / "messages"))
@@ -400,16 +441,15 @@ def reconcile(
     ).write.mode("overwrite").parquet(str(out / "anomalies"))
     lap("summary")
     say("latency per route and minute")
-    # both tables come from one aggregate: cached, the latency join and the percentiles run
-    # once instead of once per table
-    stats = route_stats(latency(ev, refs)).persist()
+    # both tables come from one aggregate: cached, the percentiles run once
+    stats = route_stats(latency(m)).persist()
     routes, lat = route_tables(stats)
     routes.write.mode("overwrite").parquet(str(out / "routes"))
     lat.write.mode("overwrite").parquet(str(out / "latency"))
-    dead_letters(ev).write.mode("overwrite").parquet(str(out / "dead_letters"))
+    dead_letters(ov).write.mode("overwrite").parquet(str(out / "dead_letters"))
     backlog(ev).write.mode("overwrite").parquet(str(out / "backlog"))
     lap("routes")
-    for df in (stats, refs, traces, ev):
+    for df in (stats, strings, ov):
         df.unpersist()
     summary: dict[str, object] = {
         "events": n_events,

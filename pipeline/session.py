@@ -41,7 +41,11 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no "resolves to loopback"
-    java_opts = f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dlog4j2.level=ERROR"
+    # the parallel collector: less CPU than G1 for a batch job (start and first query
+    # 28 CPU-s instead of 39 on the 2-core machine, a scan 5 instead of 6)
+    java_opts = (
+        f"-Dlog4j.configurationFile={LOG4J.as_uri()} -Dlog4j2.level=ERROR -XX:+UseParallelGC"
+    )
     b = (
         SparkSession.builder.master(master)
         .appName(app)
@@ -54,6 +58,10 @@ def spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
+        # an object hash aggregate (collect_list, percentile_approx) sorts its whole input
+        # once it holds 128 groups; the reconcile job's per-trace step holds one group per
+        # trace of a partition, a few hundred bytes each
+        .config("spark.sql.objectHashAggregate.sortBased.fallbackThreshold", "200000")
     )
     for k, v in (extra or {}).items():
         b = b.config(k, v)
