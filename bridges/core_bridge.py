@@ -11,6 +11,12 @@ How it keeps the promise:
 * Every SEND carries ``_WS_DUPL_ID = <node>/<bridge>/<message id>``.  Message ids are stored
   with the message, so the id is the same after a restart of either side, and the remote's
   persisted duplicate cache drops any copy it already stored.
+* A durable message is forwarded only once it is on this node's disk (the queue hands it
+  over as soon as it is routed, while its journal batch may still be waiting for the group
+  commit).  Forwarded earlier, a ``kill -9`` could lose it here together with the duplicate
+  id it came with, after the remote stored it: the producer (or the previous hop), never
+  confirmed, resends it; this node, knowing no such id, takes it as new under a new message
+  id, and so a new ``_WS_DUPL_ID`` that the remote cannot recognise (a duplicate).
 * The consumer stays attached while the link is down: the messages it holds (sent but
   unconfirmed, or not yet sent) stay in delivery order and are sent first, in that order, on
   the next connection.  So a resend never jumps the queue and delivery counts do not grow
@@ -98,11 +104,21 @@ WRITE_HIGH_WATER = 4 * 1024 * 1024
 class _Entry:
     """One message the bridge holds: delivered to it and not yet confirmed or given up."""
 
-    __slots__ = ("tag", "message", "frame", "version", "sent_on", "first_sent", "in_doubt")
+    __slots__ = (
+        "tag",
+        "message",
+        "stored",
+        "frame",
+        "version",
+        "sent_on",
+        "first_sent",
+        "in_doubt",
+    )
 
-    def __init__(self, tag: int, message: Message) -> None:
+    def __init__(self, tag: int, message: Message, stored: bool) -> None:
         self.tag = tag
         self.message = message
+        self.stored = stored  # on this node's disk (or never to be): it may be forwarded
         self.frame: bytes | None = None  # the encoded message, kept for resends
         self.version = ""  # the link encoding it was encoded for (BridgeLink.encoding)
         self.sent_on = 0  # the connection it was last sent on (0: not sent)
@@ -150,6 +166,8 @@ class CoreBridge(Redialing):
         self._link_error: str | None = None
         self._write_paused = False
         self._drain_task: asyncio.Task[None] | None = None  # keeps the task referenced
+        self._unstored: list[_Entry] = []  # delivered, waiting for the next journal flush
+        self._flush_task: asyncio.Task[None] | None = None
         self.paused = False  # the admin paused it: no new messages from the source
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -198,6 +216,9 @@ class CoreBridge(Redialing):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
         self._tasks = []
+        if self._flush_task is not None:
+            self._flush_task.cancel()
+            self._flush_task = None
         if link is not None:
             link.close("bridge stopping")
             self._link_lost(link)
@@ -235,6 +256,7 @@ class CoreBridge(Redialing):
         tags = list(self._entries)
         self._entries.clear()
         self._unsent.clear()
+        self._unstored.clear()
         self._careful.clear()
         self._careful_tag = None
         self._write_paused = False
@@ -331,13 +353,41 @@ class CoreBridge(Redialing):
     def deliver(self, delivery: Delivery) -> None:
         if delivery.consumer is not self._consumer:
             return
-        entry = _Entry(delivery.tag, delivery.message)
+        msg = delivery.message
+        stored = not (msg.durable and self.engine.persistence.enabled)
+        entry = _Entry(delivery.tag, msg, stored)
         self._entries[delivery.tag] = entry
         if self._link is None and self._waited_too_long(entry, now_ms()):
             self._expire(entry)
             return
         self._unsent.append(delivery.tag)
-        if self._link is not None:
+        if not stored:
+            self._await_stored(entry)
+        elif self._link is not None:
+            self._pump()
+
+    def _await_stored(self, entry: _Entry) -> None:
+        """Forward ``entry`` only after the next journal flush: it is delivered as soon as it
+        is routed, and its batch (and the duplicate id it came with) may not be written yet.
+        One flush at a time; the entries delivered meanwhile wait for the next one."""
+        self._unstored.append(entry)
+        if self._flush_task is None or self._flush_task.done():
+            self._flush_task = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        # a task: it starts after the burst of input that routed the entries handed its
+        # journal batch over, so the flush covers them
+        while self._unstored:
+            batch, self._unstored = self._unstored, []
+            try:
+                await self.engine.persistence.journal.flush()  # (messages, their dup ids)
+            except Exception as e:  # the store failed: nothing more is forwarded
+                self._unstored = batch + self._unstored
+                self.last_error = f"store: {e}"
+                log.error("bridge %s: cannot forward, the store failed: %s", self.spec.name, e)
+                return
+            for entry in batch:
+                entry.stored = True
             self._pump()
 
     def consumer_closed(self, consumer: Consumer, reason: str) -> None:
@@ -352,6 +402,7 @@ class CoreBridge(Redialing):
         self._confirmed.clear()
         self._entries.clear()
         self._unsent.clear()
+        self._unstored.clear()
         self._stopping = True
         for t in self._tasks:
             t.cancel()
@@ -372,8 +423,11 @@ class CoreBridge(Redialing):
                 if self._careful_tag is not None and self._careful_tag in entries:
                     return
                 self._careful_tag = None
-            tag = self._unsent.popleft()
+            tag = self._unsent[0]
             entry = entries.get(tag)
+            if entry is not None and not entry.stored:
+                break  # in order: it and the ones behind it wait for the journal
+            self._unsent.popleft()
             if entry is None or entry.sent_on == self._conn:
                 continue
             if entry.in_doubt and self._doubt_expired(entry, mono):

@@ -153,8 +153,16 @@ def _receipted(listener: Collect, pending: list[tuple[str, str]]) -> list[str]:
 
 
 # -- consuming ----------------------------------------------------------------------------------
+# A Drain's heart-beats (ms): a consumer sends nothing else, and a node closes a connection
+# that stays silent for connection_ttl (60s) even while it delivers to it; so a drain waiting
+# out a long run under load was closed mid-run, and what came later never reached it.
+# Every 5s: a node expects them every 10s (its heart-beat receive), dead after 20s.
+DRAIN_HEARTBEAT = 5_000
+
+
 class Drain:
-    """A subscriber that records every message of a queue (auto ack)."""
+    """A subscriber that records every message of a queue (auto ack); it heart-beats, so it
+    outlives the node's connection TTL however long it waits."""
 
     def __init__(
         self,
@@ -165,7 +173,9 @@ class Drain:
         login: str = "guest",
         passcode: str = "guest",
     ) -> None:
-        self.conn, self.listener = connect(port, login=login, passcode=passcode)
+        self.conn, self.listener = connect(
+            port, login=login, passcode=passcode, heartbeats=(DRAIN_HEARTBEAT, 0)
+        )
         headers = {"selector": selector} if selector else {}
         self.conn.subscribe(f"/queue/{queue}", id="drain", ack="auto", headers=headers)
 

@@ -72,6 +72,13 @@ def stop_all(*things: NodeProcess | Squid) -> None:
             t.stop()
 
 
+def connected_first(a: NodeProcess) -> None:
+    """Wait for site-a's bridge to connect, so a fault injected by batch number hits a working
+    link: under load the first dial (the remote's HTTP application is built on first need)
+    can take seconds, and a restart before it is no restart of a link."""
+    wait_log(a, r"bridge to-b: connected to ", 60)
+
+
 def ws_url(b: NodeProcess) -> str:
     return f"ws://127.0.0.1:{b.http_port}/stomp"
 
@@ -84,6 +91,7 @@ def tunnel_url(b: NodeProcess) -> str:
 def test_ws_bridge_once_in_order_across_a_remote_restart(tmp_path):
     a, b = start_pair(tmp_path, ws_url)
     try:
+        connected_first(a)
         bodies = [f"m{i:05d}" for i in range(2000)]
 
         def restart_b(batch: int) -> None:
@@ -205,6 +213,7 @@ def test_bridge_over_tls_websocket_and_tunnel_verified_by_tls_ca(tmp_path, schem
 def test_tunnel_bridge_once_in_order_across_a_remote_restart(tmp_path):
     a, b = start_pair(tmp_path, tunnel_url)
     try:
+        connected_first(a)
         bodies = [f"t{i:05d}" for i in range(1000)]
         confirmed = send_all(
             a.stomp_port, "site-b::orders", bodies, between=lambda n: n == 2 and b.restart()
@@ -231,6 +240,7 @@ def test_tunnel_bridge_through_squid_10000_messages_while_squid_restarts(tmp_pat
         liveness_timeout="10s",  # also how long the tunnel retries through the restart
         confirmation_window=500,
     )
+    connected_first(a)
     drain = Drain(b.stomp_port, "orders")
     arrived_at_restart: list[int] = []
 
