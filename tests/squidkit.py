@@ -146,6 +146,16 @@ class Squid:
         p = self.workdir / "access.log"
         return p.read_text(errors="replace") if p.exists() else ""
 
+    def access_log_with(self, *fragments: str, timeout: float = 10.0) -> str:
+        """The access log once every fragment is in it (squid logs a transaction when it
+        ends, which can be a moment after the client saw the answer), or as it is then."""
+        end = time.monotonic() + timeout
+        log = self.access_log()
+        while not all(f in log for f in fragments) and time.monotonic() < end:
+            time.sleep(0.05)
+            log = self.access_log()
+        return log
+
     def log(self) -> str:
         parts = []
         for name in ("squid.out", "cache.log"):

@@ -59,7 +59,7 @@ def test_squid_refuses_websocket_and_connect(node, squid, run):
             await open_tunnel("127.0.0.1", squid.port, "127.0.0.1", node.stomp_port)
 
     run(connect_through_squid(), 20)
-    log = squid.access_log()
+    log = squid.access_log_with("CONNECT 127.0.0.1:", "/stomp")
     assert "CONNECT 127.0.0.1:" in log and "/stomp" in log
 
 
