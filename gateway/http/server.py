@@ -33,7 +33,7 @@ from waystation.gateway.admission import Admission, peer_host
 from waystation.gateway.http import admin, ops, rest, sockjs, tunnel
 from waystation.gateway.http.context import CONTEXT, HttpContext, read_body
 from waystation.gateway.http.ops.lag import LoopLag
-from waystation.gateway.http.ops.probes import plain_response
+from waystation.gateway.http.ops.probes import header_timeout_response, plain_response
 from waystation.gateway.stomp.session import SERVER_NAME
 from waystation.gateway.websocket import streams
 
@@ -110,12 +110,7 @@ class GuardedHandler(RequestHandler):
         timeout = self.guard.header_timeout
         self.guard.timed_out += 1
         log.debug("HTTP %s: request headers not complete within %gs", self.host, timeout)
-        t.write(
-            plain_response(
-                "408 Request Timeout",
-                f"header_timeout: request headers not complete within {timeout:g}s",
-            )
-        )
+        t.write(header_timeout_response(timeout))
         t.close()
 
 

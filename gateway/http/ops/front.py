@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 from waystation.gateway.admission import Admission, peer_host
 from waystation.gateway.http.ops.lag import LoopLag
-from waystation.gateway.http.ops.probes import MAX_HEAD, answer, parse_probe, plain_response
+from waystation.gateway.http.ops.probes import (
+    MAX_HEAD,
+    answer,
+    header_timeout_response,
+    parse_probe,
+    plain_response,
+)
 from waystation.gateway.listen import bound_socket
 
 if TYPE_CHECKING:
@@ -304,12 +310,7 @@ class FrontProtocol(asyncio.Protocol):
         if t is None or t.is_closing() or self.handing:
             return
         timeout = self.front.header_timeout
-        t.write(
-            plain_response(
-                "408 Request Timeout",
-                f"header_timeout: request headers not complete within {timeout:g}s",
-            )
-        )
+        t.write(header_timeout_response(timeout))
         t.close()
 
 

@@ -53,6 +53,13 @@ def plain_response(status: str, text: str) -> bytes:
     return head.encode() + body
 
 
+def header_timeout_response(timeout: float) -> bytes:
+    """The ``408`` for a request head not complete within ``header_timeout``."""
+    return plain_response(
+        "408 Request Timeout", f"header_timeout: request headers not complete within {timeout:g}s"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Probe:
     """A complete request head that asks one of :data:`PROBES` and carries no body."""
@@ -110,6 +117,7 @@ __all__ = [
     "Probe",
     "Probed",
     "answer",
+    "header_timeout_response",
     "parse_probe",
     "plain_response",
     "readiness",
