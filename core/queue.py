@@ -16,7 +16,7 @@ import logging
 from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgpack
 
@@ -38,7 +38,7 @@ MULTICAST = "multicast"
 DEPAGE_BATCH = 1000
 # Per-queue state most queues never use starts shared and empty, and is made on first write:
 # a queue per subscriber (MQTT, STOMP topics) makes an idle queue the per-connection cost.
-_NO_LEVELS: tuple[None, ...] = (None,) * 10  # no message yet: ten Nones, not a list of them
+_NO_LEVELS: list[deque[MessageRef] | None] = [None] * 10  # no message yet; shared, never written
 _NO_ENTRIES: dict[object, object] = {}  # never written to
 _TIMER_SEQ = itertools.count()  # ties in a timer heap keep their order (one count for all)
 
@@ -138,7 +138,7 @@ class Queue:
         self.routing = routing
         self.durable = durable
         self.temporary = temporary
-        self.filter = filter
+        self.filter: Any = filter  # a Filter, None, or a session's wrapper (duck-typed)
         self.exclusive = exclusive
         self.max_consumers = max_consumers
         self.owner = owner
@@ -149,7 +149,7 @@ class Queue:
         self.usage = ctx.usage(address)
         # one FIFO per priority, highest first (index 9 - priority); a level is made when a
         # message of its priority first arrives (an idle queue holds ten Nones, not ten deques)
-        self._levels: list[deque[MessageRef] | None] = _NO_LEVELS  # type: ignore[assignment]
+        self._levels: list[deque[MessageRef] | None] = _NO_LEVELS
         self._count = 0
         self._may_expire = False  # a waiting message may have an expiration (scan needed)
         self._timers: list[tuple[int, int, MessageRef]] = []

@@ -175,7 +175,8 @@ class Session:
         """NotAuthorized unless this session's principal holds ``permission`` there."""
         self.engine.security.check(self.principal, permission, address)
 
-    _check = check
+    def _check(self, permission: Permission, address: str) -> None:
+        self.engine.security.check(self.principal, permission, address)
 
     def allowed(self, permission: Permission, address: str) -> bool:
         return self.engine.security.allowed(self.principal, permission, address)
@@ -412,7 +413,7 @@ class Session:
             return
         inner = q.filter.inner if isinstance(q.filter, _SubscriptionFilter) else q.filter
         security, principal = engine.security, self.principal
-        q.filter = _SubscriptionFilter(  # type: ignore[assignment]
+        q.filter = _SubscriptionFilter(
             inner,
             (lambda a: security.allowed(principal, Permission.CONSUME, a)) if guard else None,
             self if source.no_local else None,

@@ -16,6 +16,27 @@ for p in (
         sys.path.insert(0, str(p))
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Refuse to test a compiled module older than its source (scripts/test compiles in place).
+
+    A ``WAYSTATION_COMPILE=1`` editable install leaves ``core/queue.*.so`` beside
+    ``core/queue.py``, and Python imports the .so first: an edit made since would go untested.
+    """
+    stale = [
+        str(so.relative_to(ROOT))
+        for top in ("core", "wire", "gateway")
+        for so in (ROOT / top).rglob("*.so")
+        if (src := so.with_name(so.name.split(".")[0] + ".py")).exists()
+        and src.stat().st_mtime > so.stat().st_mtime
+    ]
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their .py files: {', '.join(stale)}; rerun "
+            "scripts/test (compiles them again) or `pip install -e .` (pure Python)",
+            returncode=4,
+        )
+
+
 @pytest.fixture
 def run():
     """Run a coroutine to completion on a fresh event loop."""

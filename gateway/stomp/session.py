@@ -12,9 +12,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from waystation.core.authentication import authenticator
-from waystation.core.consumer import Consumer, ConsumerError, Delivery
+from waystation.core.consumer import ConsumerError, Delivery
 from waystation.core.engine import Engine
 from waystation.core.filter import FilterError
 from waystation.core.limits import LimitExceeded
@@ -99,7 +100,7 @@ class _Sub:
         self.destination = destination
         self.routing = routing
         self.ack = ack
-        self.consumer: Consumer = None  # type: ignore[assignment]  # set once subscribed
+        self.consumer: Any = None  # a Consumer once subscribed
         self.durable_name = durable_name
         self.last_address = ""  # the destination header of the last delivery, reused
         self.last_sent_as: object = None
@@ -149,8 +150,9 @@ class StompSession:
         if self.closed:
             return
         self._read = True
-        if self._authenticating is not None:  # held until the login check answers
-            self._authenticating += data
+        held = self._authenticating  # a local: mypy (so mypyc) would keep the None past _handle
+        if held is not None:  # held until the login check answers
+            held += data
             return
         engine = self.engine
         engine.begin_burst()  # the store writes of this read are one journal batch
@@ -187,7 +189,7 @@ class StompSession:
                 f"expected CONNECT or STOMP frame, got {cmd}",
                 receipt_id=frame.headers.get("receipt"),
             )
-        handler = self._handlers.get(cmd)
+        handler = _HANDLERS.get(cmd)
         if handler is None:
             if cmd in ("CONNECT", "STOMP"):
                 raise StompError("already connected")
@@ -207,7 +209,7 @@ class StompSession:
             SessionError,
             LimitExceeded,
             ValueError,
-        ) as e:
+        ) as err:  # not `e`: mypyc types one name per function
             what = {
                 RoutingError: "unknown destination",
                 AddressFull: "address full",
@@ -216,17 +218,18 @@ class StompSession:
                 ConsumerError: "subscription refused",
                 SessionError: "subscription refused",
                 LimitExceeded: "limit exceeded",
-            }.get(type(e), "invalid request")
-            if isinstance(e, FilterError):
+            }.get(type(err), "invalid request")
+            if isinstance(err, FilterError):
                 what = "invalid selector"
-            raise StompError(f"{what}: {e}", receipt_id=frame.headers.get("receipt")) from e
+            raise StompError(f"{what}: {err}", receipt_id=frame.headers.get("receipt")) from err
 
     # -- output ---------------------------------------------------------------------------
     def _write(self, data: bytes) -> None:
         self._wrote = True  # the heart-beat timer reads and clears it: no clock call per frame
         self.link.write(data)
 
-    write = _write
+    def write(self, data: bytes) -> None:
+        self._write(data)
 
     def _frame(self, command: str, headers: dict[str, str], body: bytes = b"") -> None:
         self._write(encode_frame(command, headers, body, self.version))
@@ -403,8 +406,8 @@ class StompSession:
         if claimed:
             try:
                 self.session.claim_node(claimed)
-            except NotAuthorized as e:
-                self.fail("not authorized", str(e))
+            except NotAuthorized as err:  # not `e`: mypyc types one name per function
+                self.fail("not authorized", str(err))
                 return
         self.version = version
         self.parser.version = version
@@ -762,17 +765,19 @@ class StompSession:
         else:
             finish()
 
-    _handlers = {
-        "SEND": _on_send,
-        "SUBSCRIBE": _on_subscribe,
-        "UNSUBSCRIBE": _on_unsubscribe,
-        "ACK": _on_ack,
-        "NACK": _on_nack,
-        "BEGIN": _on_begin,
-        "COMMIT": _on_commit,
-        "ABORT": _on_abort,
-        "DISCONNECT": _on_disconnect,
-    }
+
+# Outside the class body, so that mypyc can compile the class.
+_HANDLERS = {
+    "SEND": StompSession._on_send,
+    "SUBSCRIBE": StompSession._on_subscribe,
+    "UNSUBSCRIBE": StompSession._on_unsubscribe,
+    "ACK": StompSession._on_ack,
+    "NACK": StompSession._on_nack,
+    "BEGIN": StompSession._on_begin,
+    "COMMIT": StompSession._on_commit,
+    "ABORT": StompSession._on_abort,
+    "DISCONNECT": StompSession._on_disconnect,
+}
 
 
 class _Handler:

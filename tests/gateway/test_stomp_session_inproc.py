@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import waystation.gateway.stomp.session as stomp_session
 from waystation.core.engine import Engine
 from waystation.core.security import Permission, SecurityManager, User
 from waystation.gateway.stomp.session import StompOptions, StompSession
@@ -162,7 +163,7 @@ def test_wrong_password_is_refused_without_a_session(run):
     in_engine(run, go)
 
 
-def test_internal_errors_carry_no_internals(run):
+def test_internal_errors_carry_no_internals(run, monkeypatch):
     async def go(engine):
         s, link = session(engine)
         s.data_received(frame("CONNECT", accept_version="1.2", host="/"))
@@ -171,7 +172,7 @@ def test_internal_errors_carry_no_internals(run):
         def boom(*a: object, **k: object) -> None:
             raise RuntimeError("secret internal state at 0xdeadbeef")
 
-        s._handlers = {**s._handlers, "SEND": boom}
+        monkeypatch.setitem(stomp_session._HANDLERS, "SEND", boom)
         s.data_received(frame("SEND", b"x", destination="/queue/q"))
         [(cmd, h, body)] = link.frames()
         assert cmd == "ERROR" and h["message"] == "internal error"

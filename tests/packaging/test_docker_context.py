@@ -128,6 +128,9 @@ def _boot(dockerfile_text: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int
     Path(purelib, "_host_dependencies.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    # pure Python: compiling takes over a minute here, and tests/packaging/test_wheel.py
+    # proves the compiled build (the image compiles with the gcc its RUN installs)
+    env["WAYSTATION_COMPILE"] = "0"
     workdir = image / df.workdir.lstrip("/")
     install = subprocess.run(
         [py, "-m", "pip", "install", "--no-deps", "--no-cache-dir", "-q", str(workdir)],

@@ -1,4 +1,5 @@
-"""The built wheel installs one import name, ``waystation``, and nothing generic beside it.
+"""The built wheel installs one import name, ``waystation``, and nothing generic beside it,
+with its hot modules compiled (mypyc) when a compiler is present and pure Python when not.
 
 The wheel is built from a clean copy of the source tree, so a stale ``build/`` folder in the
 checkout (which setuptools would pack as it is) cannot hide or add files.
@@ -7,9 +8,11 @@ checkout (which setuptools would pack as it is) cannot hide or add files.
 from __future__ import annotations
 
 import configparser
+import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,21 +26,52 @@ _SKIP = shutil.ignore_patterns(
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
-    tmp = tmp_path_factory.mktemp("wheel")
+def _build(tmp: Path, **env: str) -> tuple[zipfile.ZipFile, str]:
+    """A wheel built from a clean copy of the tree, and what the build said on stderr."""
     src = tmp / "src"
     shutil.copytree(ROOT, src, ignore=_SKIP)
     out = tmp / "dist"
     build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-q", "-w", str(out),
+        [sys.executable, "-m", "pip", "wheel", ".", "--no-deps", "-v", "-w", str(out),
          "--disable-pip-version-check"],
-        cwd=src, capture_output=True, text=True, timeout=300,
+        cwd=src, capture_output=True, text=True, timeout=600, env={**os.environ, **env},
     )  # fmt: skip
     assert build.returncode == 0, build.stdout + build.stderr
     (whl,) = out.glob("waystation-*.whl")
-    with zipfile.ZipFile(whl) as z:
+    return zipfile.ZipFile(whl), build.stdout + build.stderr
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[zipfile.ZipFile]:
+    z, _ = _build(tmp_path_factory.mktemp("wheel"))
+    with z:
         yield z
+
+
+def _compiled_list() -> list[str]:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        modules: list[str] = tomllib.load(f)["tool"]["waystation"]["mypyc"]["modules"]
+    return modules
+
+
+def test_hot_modules_are_compiled_beside_their_source(wheel: zipfile.ZipFile) -> None:
+    """This machine has a compiler (scripts/test compiles too): the wheel ships each listed
+    module compiled, its .py beside it, and mypyc's shared library."""
+    names = wheel.namelist()
+    assert any(n.startswith("waystation/compiled__mypyc.") and n.endswith(".so") for n in names)
+    for module in _compiled_list():
+        stem = "waystation/" + module.removesuffix(".py")
+        assert f"{stem}.py" in names, module
+        assert any(n.startswith(f"{stem}.") and n.endswith(".so") for n in names), module
+
+
+def test_without_a_compiler_the_wheel_is_pure_python(tmp_path: Path) -> None:
+    z, said = _build(tmp_path, CC="no-such-compiler-here")
+    with z:
+        names = z.namelist()
+    assert not [n for n in names if n.endswith(".so")]
+    assert "waystation/core/queue.py" in names
+    assert "no C compiler found, installing pure Python" in said
 
 
 def test_only_the_waystation_namespace_at_the_top(wheel: zipfile.ZipFile) -> None:
