@@ -22,7 +22,7 @@ from proton import Condition, Delivery, Link, Terminus
 
 from waystation.core.consumer import Consumer, ConsumerError
 from waystation.core.consumer import Delivery as CoreDelivery
-from waystation.core.message import DESTINATION, now_ms
+from waystation.core.message import DESTINATION
 from waystation.core.queue import MULTICAST
 from waystation.core.reasons import REJECTED
 from waystation.core.session import CreditMode, Outcome, Source
@@ -43,6 +43,20 @@ _OUTCOMES = {
     0x26: Outcome.RELEASED,
     0x27: Outcome.MODIFIED,
 }
+# the per-transfer calls, bound once (module globals, not pn.* attribute lookups)
+_pending, _partial, _recv, _advance = pn.pending, pn.partial, pn.recv_or_none, pn.advance
+_remote_settled, _remote_state, _settle, _incref = (
+    pn.remote_settled,
+    pn.remote_state,
+    pn.settle,
+    pn.incref,
+)
+_new_delivery, _from_buffer, _link_send, _ACCEPTED = (
+    pn.new_delivery,
+    pn.from_buffer,
+    pn.link_send,
+    pn.ACCEPTED,
+)
 # proton's disposition states -> core outcomes
 _STATES: dict[int, Outcome] = {
     Delivery.ACCEPTED: Outcome.ACCEPTED,
@@ -71,9 +85,12 @@ class Producer:
         "sent_as",
         "gates",
         "window",
+        "left",
         "closed",
         "waiting",
         "hooked",
+        "ids",
+        "limit",
     )
     incoming = True  # proton: a receiver (transfers come in on it)
 
@@ -86,12 +103,19 @@ class Producer:
         self.sent_as: str | None = None  # the target as the client named it, when it differs
         self.gates = 0  # blocked addresses this link waits for: no new credit meanwhile
         self.window = amqp.options.credit_window
+        # the link's credit as of the last transfer handled: proton is asked for the real
+        # figure only when this says a top-up is due (the client cannot use credit without
+        # a transfer: drain is never asked of it)
+        self.left = self.window
         self.closed = False
-        # unsettled transfers whose store write is pending, oldest first: (delivery, future,
-        # txid).  One callback per fsync group, not per message: hooked on the oldest
-        # pending future, it answers every transfer whose future is done by then.
-        self.waiting: deque[tuple[Any, asyncio.Future[None], str | None]] = deque()
+        # unsettled transfers whose store write is pending, oldest first, in groups that
+        # share one future and txid (one journal batch): [future, txid, deliveries].  One
+        # callback per group, not per message: hooked on the oldest pending future, it
+        # answers every group whose future is done by then.
+        self.waiting: deque[tuple[asyncio.Future[None], str | None, list[Any]]] = deque()
         self.hooked = False
+        self.ids = amqp.engine.ids  # the core's message id generator
+        self.limit = amqp.options.max_message_size
 
     @classmethod
     def attach(cls, amqp: AmqpSession, link: Link) -> Producer | None:
@@ -128,23 +152,26 @@ class Producer:
     # -- transfers (raw proton pointers: the per-message path, see pn.py) ------------------
     def transfer(self, d: Any) -> None:
         ptr = self.ptr
-        limit = self.amqp.options.max_message_size
-        size = pn.pending(d)
-        if size > limit:  # in one frame or several: the link is detached
-            self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {limit} bytes"))
+        size = _pending(d)
+        if size > self.limit:  # in one frame or several: the link is detached
+            self.detach(Condition(errors.MESSAGE_SIZE, f"message larger than {self.limit} bytes"))
             return
-        if pn.partial(d):
+        if _partial(d):
             return
-        payload = pn.recv(ptr, size)
-        pn.advance(ptr)
-        if pn.aborted(d):
-            pn.settle(d)
-            return
-        settled = pn.remote_settled(d)
+        payload = _recv(ptr, size)
+        _advance(ptr)
+        self.left -= 1
+        if payload is None or not size:
+            if pn.aborted(d):  # by the client (proton: pending 1, the read refused)
+                pn.settle(d)
+                self._credit()
+                return
+            payload = payload or b""
+        settled = _remote_settled(d)
         txid: str | None = None
         fut: asyncio.Future[None] | None = None
         try:
-            if pn.remote_state(d) == TRANSACTIONAL_STATE:
+            if _remote_state(d) == TRANSACTIONAL_STATE:
                 txid = self.amqp.txid_of(Delivery.wrap(d).remote.data)
             fut = self._send(payload, txid)
         except errors.CLIENT_ERRORS as e:
@@ -156,23 +183,32 @@ class Producer:
             self._credit()
             return
         if settled:
-            pn.settle(d)
+            _settle(d)
         elif fut is None or fut.done():
             self._done(d, fut, txid)
         else:
-            pn.incref(d)  # held until the store answers, whatever happens to the link
-            self.waiting.append((d, fut, txid))
+            _incref(d)  # held until the store answers, whatever happens to the link
+            waiting = self.waiting
+            if waiting:
+                last = waiting[-1]
+                if last[0] is fut and last[1] == txid:
+                    last[2].append(d)
+                else:
+                    waiting.append((fut, txid, [d]))
+            else:
+                waiting.append((fut, txid, [d]))
             if not self.hooked:
                 self.hooked = True
                 fut.add_done_callback(self._stored)
-        self._credit()
+        if self.left * 2 < self.window:
+            self._credit()
 
     def _send(self, payload: bytes, txid: str | None) -> asyncio.Future[None] | None:
         amqp = self.amqp
         session = amqp.session
         assert session is not None
         msg, to = message_from_transfer(
-            payload, amqp.engine.ids(), self.address or "", now_ms(), amqp.user
+            payload, self.ids(), self.address or "", amqp.clock, amqp.user
         )
         routing = self.routing
         if self.address is None:
@@ -185,13 +221,23 @@ class Producer:
         else:
             address = self.address
             if self.sent_as is not None:
-                msg.annotations[DESTINATION] = self.sent_as
+                ann = msg._ann
+                if ann is None:
+                    msg._ann = {DESTINATION: self.sent_as}
+                else:
+                    ann[DESTINATION] = self.sent_as
         fut = session.send(msg, routing=routing, tx=txid)
-        gate = session.blocked(address)
-        if gate is not None:
-            self.gates += 1
-            gate.add_done_callback(self._unblock)
+        if self.address is None:  # the relay: each message's address may block the link
+            self._gate(session.blocked(address))
         return fut
+
+    def _gate(self, gate: asyncio.Future[None] | None) -> bool:
+        """Whether ``gate`` (an address's blocked() future) holds back credit until done."""
+        if gate is None:
+            return False
+        self.gates += 1
+        gate.add_done_callback(self._unblock)
+        return True
 
     def _stored(self, _: object) -> None:
         """A pending store write finished: answer every transfer whose write is done, then
@@ -199,17 +245,27 @@ class Producer:
         self.hooked = False
         waiting = self.waiting
         done = self._done
+        update, settle, decref, accepted = pn.update, pn.settle, pn.decref, pn.ACCEPTED
         while waiting:
-            d, fut, txid = waiting[0]
+            fut, txid, ds = waiting[0]
             if not fut.done():
                 self.hooked = True
                 fut.add_done_callback(self._stored)
                 break
             waiting.popleft()
-            try:
-                done(d, fut, txid)
-            finally:
-                pn.decref(d)
+            if txid is None and not fut.cancelled() and fut.exception() is None:
+                live = not (self.amqp.closed or self.closed)
+                for d in ds:
+                    if live:
+                        update(d, accepted)
+                        settle(d)
+                    decref(d)
+                continue
+            for d in ds:
+                try:
+                    done(d, fut, txid)
+                finally:
+                    decref(d)
         self.amqp.want_flush()
 
     def _done(self, d: Any, fut: asyncio.Future[None] | None, txid: str | None) -> None:
@@ -238,12 +294,23 @@ class Producer:
 
     # -- credit -----------------------------------------------------------------------------
     def _credit(self) -> None:
+        """Top the credit up to the window once under half of it, unless the target address
+        is blocked (asked here, before credit is given, not at each transfer)."""
         if self.gates or self.closed:
+            return
+        session = self.amqp.session
+        if (
+            self.address is not None
+            and session is not None
+            and self._gate(session.blocked(self.address))
+        ):
             return
         ptr = self.ptr
         c = pn.credit(ptr)
-        if c < self.window // 2:
+        if c * 2 < self.window:  # under half (a window of 1: at 0)
             pn.flow(ptr, self.window - c)
+            c = self.window
+        self.left = c
 
     def _unblock(self, _: object) -> None:
         self.gates -= 1
@@ -270,7 +337,7 @@ class Subscriber:
     """A link on which the client receives (proton: our Sender); the core consumer's
     delivery handler."""
 
-    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed")
+    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed", "tags")
     incoming = False  # proton: a sender (deliveries go out on it)
 
     def __init__(self, amqp: AmqpSession, link: Link, presettled: bool) -> None:
@@ -281,6 +348,9 @@ class Subscriber:
         self.presettled = presettled
         self.durable = False
         self.closed = False
+        # unsettled deliveries (raw pn_delivery_t, compared by address) -> the core's tag:
+        # a dict lookup instead of reading the tag back out of proton at each disposition
+        self.tags: dict[Any, int] = {}
 
     @classmethod
     def attach(cls, amqp: AmqpSession, link: Link) -> Subscriber | None:
@@ -367,11 +437,20 @@ class Subscriber:
     # -- the core's DeliveryHandler --------------------------------------------------------
     def deliver(self, d: CoreDelivery) -> None:
         ref = d.ref
-        payload = encode_message(ref.message, ref.delivery_count, now_ms())
-        dlv = pn.send(self.ptr, b"%d" % d.tag, payload)
+        payload = encode_message(ref.message, ref.delivery_count)
+        ptr = self.ptr
+        tag = d.tag
+        wire = b"%d" % tag
+        dlv = _new_delivery(ptr, (len(wire), _from_buffer(wire)))
+        _link_send(ptr, payload, len(payload))  # cffi passes the bytes' own buffer
+        _advance(ptr)
         if self.presettled:
-            pn.settle(dlv)  # the core settled it already (PRESETTLED mode)
-        self.amqp.want_flush()
+            _settle(dlv)  # the core settled it already (PRESETTLED mode)
+        else:
+            self.tags[dlv] = tag
+        amqp = self.amqp
+        if not amqp._flush_soon:
+            amqp.want_flush()
 
     def drained(self, consumer: Consumer) -> None:
         if not self.closed:
@@ -398,17 +477,18 @@ class Subscriber:
         session = self.amqp.session
         if session is None or self.closed:
             return
-        state = pn.remote_state(d)
-        if state == pn.ACCEPTED:
+        state = _remote_state(d)
+        if state == _ACCEPTED:
+            tag = self.tags.pop(d, None)
             try:
-                session.settle(self.consumer, int(pn.tag(d)))
+                session.settle(self.consumer, int(pn.tag(d)) if tag is None else tag)
             except ConsumerError as e:
                 log.info("AMQP %s: disposition refused: %s", self.amqp.peer, e)
-            pn.settle(d)
+            _settle(d)
             return
-        self._outcome(Delivery.wrap(d), state)
+        self._outcome(d, Delivery.wrap(d), state)
 
-    def _outcome(self, dlv: Delivery, state: int) -> None:
+    def _outcome(self, d: Any, dlv: Delivery, state: int) -> None:
         session = self.amqp.session
         assert session is not None
         txid: str | None = None
@@ -418,6 +498,7 @@ class Subscriber:
                 txid = self.amqp.txid_of(data)
             except errors.CLIENT_ERRORS as e:
                 log.info("AMQP %s: transactional disposition refused: %s", self.amqp.peer, e)
+                self.tags.pop(d, None)
                 dlv.settle()
                 return
             outcome_desc = data[1] if data and len(data) > 1 else None
@@ -444,7 +525,9 @@ class Subscriber:
             cond = dlv.remote.condition if txid is None else None
             if cond is not None:
                 detail = f"{cond.name}: {cond.description or ''}".strip()
-        tag = int(dlv.tag)
+        tag = self.tags.pop(d, None)
+        if tag is None:
+            tag = int(dlv.tag)
         try:
             session.settle(self.consumer, tag, outcome, tx=txid, reason=REJECTED, detail=detail)
         except errors.CLIENT_ERRORS as e:

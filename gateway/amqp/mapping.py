@@ -29,6 +29,7 @@ In: :func:`message_from_transfer` reads the sections of a transfer's payload.  O
 
 from __future__ import annotations
 
+import struct
 import uuid
 from typing import Any
 
@@ -41,6 +42,7 @@ from waystation.core.message import (
     Message,
     PropertyValue,
     Timestamp,
+    now_ms,
 )
 from waystation.gateway.amqp.codec import (
     Array,
@@ -107,6 +109,9 @@ _ID_TYPES = (str, int, uuid.UUID, bytes)
 # priority, ttl); the decoded lists are only read, never changed
 _HEADERS: dict[bytes, list[Any]] = {}
 _HEADERS_MAX = 256
+_EMPTY_PROPS = b"\x00\x53\x73\x45"  # a properties section that is an empty list
+_DATA_BIN = b"\x00\x53\x75\xa0"  # a data section of fewer than 256 bytes
+_VALUE_BIN = b"\x00\x53\x77\xa0"  # an amqp-value binary of fewer than 256 bytes
 
 
 def _section_code(buf: bytes, pos: int) -> tuple[int, int]:
@@ -136,8 +141,41 @@ def message_from_transfer(
     what was wrong."""
     buf = payload if type(payload) is bytes else bytes(payload)
     n = len(buf)
+    # the plain message first: a header (none, empty or a known list8), no or empty
+    # properties, then one short binary body (data or amqp-value) and nothing else
     pos = 0
-    header = props = app = None
+    header: list[Any] | None = None
+    if buf[:3] == b"\x00\x53\x70":
+        c = buf[3] if n > 3 else 0
+        if c == 0x45:
+            pos = 4
+        elif c == 0xC0 and n > 4:
+            end = 5 + buf[4]
+            header = _HEADERS.get(buf[3:end])
+            if header is not None:
+                pos = end
+    if buf[pos : pos + 4] == _EMPTY_PROPS:
+        pos += 4
+    if pos + 4 < n:
+        sec = buf[pos : pos + 4]
+        if sec in (_DATA_BIN, _VALUE_BIN) and pos + 5 + buf[pos + 4] == n:
+            msg = Message(msg_id, address, buf[pos + 5 :], None, False, 4, now)
+            if header:
+                msg.durable = bool(header[0])
+                if len(header) > 1:
+                    prio = header[1]
+                    if prio is not None:
+                        msg.priority = min(int(prio), _MAX_PRIORITY)
+                    ttl = _field(header, 2)
+                    if ttl:
+                        msg.expiration = now + int(ttl)
+            if sec == _VALUE_BIN:
+                msg._ann = {BODY: "b"}
+            if user is not None:
+                msg.user_id = user
+            return msg, None
+    pos = 0
+    props = app = None
     ann: dict[str, PropertyValue] | None = None
     body_start = -1
     body_kinds: list[int] = []
@@ -260,10 +298,12 @@ def _properties(app: dict[Any, Any]) -> dict[str, PropertyValue]:
 
 def _apply_properties(msg: Message, p: list[Any], now: int) -> str | None:
     std: list[PropertyValue] = [None] * len(FIELD_INDEX)
-    mid = _field(p, 0)
+    if len(p) < 12:
+        p = p + [None] * (12 - len(p))  # absent trailing fields read as null
+    mid = p[0]
     if mid is not None:
         std[0] = _id(mid, "message-id")
-    uid = _field(p, 1)
+    uid = p[1]
     if uid is not None:
         if not isinstance(uid, bytes):
             raise DecodeError("user-id is not binary")
@@ -271,34 +311,34 @@ def _apply_properties(msg: Message, p: list[Any], now: int) -> str | None:
             std[5] = uid.decode()
         except UnicodeDecodeError:
             raise DecodeError("user-id is not UTF-8 text") from None
-    to = _field(p, 2)
+    to = p[2]
     if to is not None:
         to = _text(to, "to")
-    subject = _field(p, 3)
+    subject = p[3]
     if subject is not None:
         std[6] = _text(subject, "subject")
-    reply_to = _field(p, 4)
+    reply_to = p[4]
     if reply_to is not None:
         std[2] = _text(reply_to, "reply-to")
-    cid = _field(p, 5)
+    cid = p[5]
     if cid is not None:
         std[1] = _id(cid, "correlation-id")
-    ct = _field(p, 6)
+    ct = p[6]
     if ct is not None:
         std[3] = _text(ct, "content-type")
-    ce = _field(p, 7)
+    ce = p[7]
     if ce is not None:
         std[4] = _text(ce, "content-encoding")
-    exp = _field(p, 8)
+    exp = p[8]
     if exp is not None:
         msg.expiration = int(exp)
-    created = _field(p, 9)
+    created = p[9]
     if created is not None:
         msg.timestamp = int(created)
-    gid = _field(p, 10)
+    gid = p[10]
     if gid is not None:
         std[7] = _text(gid, "group-id")
-    gseq = _field(p, 11)
+    gseq = p[11]
     if gseq is not None:
         std[8] = int(gseq)
     if any(x is not None for x in std):
@@ -375,11 +415,43 @@ _FIRST = _HEADER_PREFIX + encode_fields([_NULL, _NULL, _NULL, _TRUE])
 _DURABLE_FIRST = _HEADER_PREFIX + encode_fields([_TRUE, _NULL, _NULL, _TRUE])
 
 
-def encode_message(msg: Message, delivery_count: int, now: int) -> bytes:
+def encode_message(msg: Message, delivery_count: int, now: int | None = None) -> bytes:
     """The payload of one delivery of ``msg`` (``delivery_count``: the core's count, 1 on
-    the first attempt)."""
-    out: list[bytes] = []
+    the first attempt; ``now``: for the header's ttl, read when needed if not given)."""
     ann = msg._ann
+    if (
+        msg._std is None
+        and not msg._props
+        and delivery_count <= 1
+        and msg.timestamp
+        and not msg.expiration
+        and msg.priority == DEFAULT_PRIORITY
+        and (ann is None or ann.keys() <= _PLAIN_ANN)
+    ):
+        # the plain message (no standard field but ``to`` and the creation time, no
+        # properties, a binary body): the sections as one join of constants
+        kind = ann.get(BODY) if ann else None  # absent or "b": binary in data or amqp-value
+        if kind is None or kind == "b":
+            to = ann.get(DESTINATION) if ann else None
+            to_s = msg.address if to is None else str(to)
+            pre = _PLAIN.get(to_s)
+            if pre is None:
+                pre = _plain_prefix(to_s)
+            body = msg.body
+            n = len(body)
+            return b"".join(
+                (
+                    _DURABLE_FIRST if msg.durable else _FIRST,
+                    pre,
+                    _i64.pack(msg.timestamp),
+                    (_DATA_PREFIX if kind is None else _VALUE_PREFIX),
+                    bytes((0xA0, n)) if n < 256 else b"\xb0" + _u32.pack(n),
+                    body,
+                )
+            )
+    if now is None:
+        now = now_ms()
+    out: list[bytes] = []
     # header: always (first-acquirer or delivery-count is news); the usual ones are constants
     prio = msg.priority
     exp = msg.expiration
@@ -410,6 +482,22 @@ def encode_message(msg: Message, delivery_count: int, now: int) -> bytes:
 # the encoded ``to`` of recent addresses (every delivery carries its address)
 _TO: dict[str, bytes] = {}
 _TO_MAX = 1024
+# address -> a plain message's properties section up to its creation-time value
+_PLAIN: dict[str, bytes] = {}
+_PLAIN_ANN = frozenset((BODY, DESTINATION))  # annotations a plain message may carry
+_i64 = struct.Struct(">q")
+_u32 = struct.Struct(">I")
+
+
+def _plain_prefix(address: str) -> bytes:
+    """The properties section of a message with only ``to`` and creation-time, without the
+    time's 8 bytes (the same bytes _props_fields writes for it)."""
+    fields = [_NULL, _NULL, encode_string(address), *([_NULL] * 6), encode_timestamp(0)]
+    pre = (_PROPS_PREFIX + encode_fields(fields))[:-8]
+    if len(_PLAIN) >= _TO_MAX:
+        _PLAIN.clear()
+    _PLAIN[address] = pre
+    return pre
 
 
 def _props_fields(msg: Message, ann: dict[str, PropertyValue] | None) -> list[bytes]:

@@ -43,12 +43,31 @@ flow = lib.pn_link_flow
 drain_mode = lib.pn_link_get_drain
 incref = lib.pn_incref
 decref = lib.pn_decref
+new_delivery = lib.pn_delivery
+link_send = lib.pn_link_send
+from_buffer = ffi.from_buffer
+transport_push = lib.pn_transport_push  # (transport, bytes, len) -> bytes taken, < 0: closed
+transport_pending = lib.pn_transport_pending
 
 
 # one C buffer reused by every receive on the loop's thread: a transfer is copied once,
 # straight into the bytes object, instead of through a bytearray per message
 _RECV_SIZE = 64 * 1024
 _recv_buf = ffi.new("char[]", _RECV_SIZE)
+_link_recv = lib.pn_link_recv
+_unpack = ffi.unpack
+
+
+def recv_or_none(link: Any, n: int) -> bytes | None:
+    """The ``n`` pending bytes of the link's current delivery; None when proton refuses
+    (an aborted delivery: its ``pending`` is 1 and the read fails)."""
+    if n <= 0:
+        return b""
+    buf = _recv_buf if n <= _RECV_SIZE else ffi.new("char[]", n)
+    got = _link_recv(link, buf, n)
+    if got < 0:
+        return None
+    return _unpack(buf, got)
 
 
 def recv(link: Any, n: int) -> bytes:
@@ -68,9 +87,23 @@ def send(link: Any, tag: bytes, payload: bytes) -> Any:
     return d
 
 
+_OUT_SIZE = 256 * 1024
+_out_buf = ffi.new("char[]", _OUT_SIZE)
+
+
+def transport_take(transport: Any, n: int) -> bytes:
+    """The first ``n`` pending output bytes of ``transport``, removed from it."""
+    buf = _out_buf if n <= _OUT_SIZE else ffi.new("char[]", n)
+    got = lib.pn_transport_peek(transport, buf, n)
+    if got < 0:
+        return b""
+    lib.pn_transport_pop(transport, got)
+    return ffi.unpack(buf, got)
+
+
 def tag(d: Any) -> bytes:
     t = lib.pn_delivery_tag(d)
     return ffi.unpack(t.start, t.size)
 
 
-__all__ = ["recv", "send", "tag"]
+__all__ = ["recv", "send", "tag", "transport_take"]

@@ -119,7 +119,9 @@ class AmqpSession(TransactionsMixin):
         if self.options.idle_timeout > 0:
             t.idle_timeout = self.options.idle_timeout
         t.bind(self.conn)
+        self._ti = t._impl  # the raw pn_transport_t: input and output on the hot path
         self._flush_soon = False
+        self.clock = 0  # now_ms() as of the input being handled (one read per call)
         self._tick: asyncio.TimerHandle | None = None
         self._relay: dict[str, tuple[str, str | None]] = {}
         self._init_transactions()
@@ -163,16 +165,17 @@ class AmqpSession(TransactionsMixin):
     def _push(self, data: bytes) -> None:
         """Input through proton, then output; the store writes of the burst are one journal
         batch (``Engine.begin_burst``)."""
+        if type(data) is not bytes:
+            data = bytes(data)  # cffi passes a bytes object's own buffer as ``const char *``
         engine = self.engine
         engine.begin_burst()
         try:
-            t = self.transport
+            ti = self._ti
             while data:
-                cap = t.capacity()
-                if cap <= 0:
+                n = pn.transport_push(ti, data, len(data))  # up to the transport's capacity
+                if n <= 0:
                     break  # the transport takes no more input (closed): the rest is dropped
-                chunk, data = data[:cap], data[cap:]
-                t.push(chunk)
+                data = data[n:] if n < len(data) else b""
                 self._process()
                 if self.closed:
                     return
@@ -186,18 +189,38 @@ class AmqpSession(TransactionsMixin):
         rest through proton's wrappers."""
         col = self._col
         peek, pop, etype = pn.collector_peek, pn.collector_pop, pn.event_type
-        delivery, flow = pn.DELIVERY, pn.LINK_FLOW
+        ev_delivery, delivery_link, readable, updated = (
+            pn.event_delivery,
+            pn.delivery_link,
+            pn.readable,
+            pn.updated,
+        )
+        flow = pn.LINK_FLOW
         handlers = self._handlers
+        links = self.links
+        self.clock = now_ms()  # the creation time of the messages of this input
         while True:
             ev = peek(col)
-            if ev == pn.NULL:
+            if not ev:
                 break
+            d = ev_delivery(ev)  # NULL unless a delivery event (the one kind with a delivery)
+            if d:
+                state = links.get(delivery_link(d))
+                if state is None:
+                    self._stray(d)
+                elif state.incoming:
+                    if readable(d):
+                        state.transfer(d)
+                elif updated(d):
+                    state.disposition(d)
+                pop(col)
+                if self.closed:
+                    return
+                continue
             t = etype(ev)
-            if t == delivery:
-                self._delivery(pn.event_delivery(ev))
-            elif t == flow:
-                state = self.links.get(pn.event_link(ev))
-                if isinstance(state, (Subscriber, Browser)):
+            if t == flow:
+                state = links.get(pn.event_link(ev))
+                if state is not None and not state.incoming:
                     state.flow()
             else:
                 h = handlers.get(t)
@@ -207,17 +230,10 @@ class AmqpSession(TransactionsMixin):
             if self.closed:
                 return
 
-    def _delivery(self, d: Any) -> None:
+    def _stray(self, d: Any) -> None:
+        """A transfer on a link already detached: dropped."""
         link = pn.delivery_link(d)
-        state = self.links.get(link)
-        if state is not None:
-            if state.incoming:
-                if pn.readable(d):
-                    state.transfer(d)
-            elif pn.updated(d):
-                state.disposition(d)
-        elif pn.is_receiver(link) and pn.readable(d) and not pn.partial(d):
-            # a link already detached: drop what still arrives
+        if pn.is_receiver(link) and pn.readable(d) and not pn.partial(d):
             pn.recv(link, pn.pending(d))
             pn.advance(link)
             pn.settle(d)
@@ -233,20 +249,23 @@ class AmqpSession(TransactionsMixin):
         self._flush_soon = False
         if self.closed:
             return
-        t = self.transport
-        while True:
-            n = t.pending()
-            if n <= 0:
-                break
-            out = t.peek(n)
-            assert out is not None  # proton returns None only at end of stream (n < 0)
-            self.link.write(out)
-            t.pop(n)
+        n = self._write_output()
         if n < 0:  # proton has written its last byte (close sent or transport failed)
             self._finish()
             return
         if self.options.idle_timeout > 0 and self.connected:
             self._arm_tick()
+
+    def _write_output(self) -> int:
+        """Write out everything proton has to send; returns its last pending() (< 0: the
+        transport is done)."""
+        ti = self._ti
+        write = self.link.write
+        while True:
+            n = pn.transport_pending(ti)
+            if n <= 0:
+                return n
+            write(pn.transport_take(ti, n))
 
     def _arm_tick(self) -> None:
         if self._tick is None:
@@ -435,15 +454,7 @@ class AmqpSession(TransactionsMixin):
     }
 
     def _flush_output(self) -> None:
-        t = self.transport
-        while True:
-            n = t.pending()
-            if n <= 0:
-                return
-            out = t.peek(n)
-            assert out is not None  # proton returns None only at end of stream (n < 0)
-            self.link.write(out)
-            t.pop(n)
+        self._write_output()
 
     # -- the anonymous relay ----------------------------------------------------------------
     def relay_target(self, to: str) -> tuple[str, str | None]:

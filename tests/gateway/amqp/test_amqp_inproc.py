@@ -3,6 +3,7 @@ engine without sockets."""
 
 from __future__ import annotations
 
+import pytest
 from amqpkit import Client, in_engine
 from proton import Delivery, Endpoint, Message
 
@@ -775,5 +776,50 @@ def test_the_open_offers_max_sessions_and_no_session_past_it_is_begun(run):
         await c.pump()
         active = [s for s in (c.ssn, *extra) if s.state & Endpoint.REMOTE_ACTIVE]
         assert len(active) == 2  # the third never begins: no channel is left for it
+
+    in_engine(run, go)
+
+
+def test_an_aborted_transfer_is_dropped_and_the_link_carries_on(run):
+    async def go(engine):
+        c = Client(engine)
+        c.open()
+        snd = c.sender("/queue/ab")
+        await c.pump()
+        before = c.send(snd, Message(body="before"), tag="1")
+        dlv = snd.delivery("2")
+        snd.send(Message(body="never").encode()[:5])  # a first frame on the wire ...
+        await c.pump()
+        dlv.abort()  # ... then the abort
+        await c.pump()
+        after = c.send(snd, Message(body="after"), tag="3")
+        await c.pump()
+        assert before.remote_state == after.remote_state == Delivery.ACCEPTED
+        _, got = await _drain_queue(c, "/queue/ab")
+        assert [m.body for m in got] == ["before", "after"]
+        assert not c.link.closed
+
+    in_engine(run, go)
+
+
+@pytest.mark.parametrize("window", [1, 10])
+def test_producer_credit_is_topped_up_window_after_window(run, window):
+    async def go(engine):
+        c = Client(engine, options=AmqpOptions(idle_timeout=0, credit_window=window))
+        c.open()
+        snd = c.sender("/queue/cw", presettled=True)
+        await c.pump()
+        assert snd.credit == window
+        sent = 0
+        for _ in range(120):  # the client sends all its credit allows, round after round
+            while snd.credit > 0 and sent < 95:
+                c.send(snd, Message(body=f"m{sent}"), tag=str(sent), settle=True)
+                sent += 1
+            await c.pump()
+            assert snd.credit * 2 >= window  # topped up to the window once under half of it
+            if sent == 95:
+                break
+        assert sent == 95
+        assert engine.queue("cw").depth == 95
 
     in_engine(run, go)

@@ -152,3 +152,35 @@ def test_writes_finishing_after_the_link_is_gone_are_dropped_quietly(run):
         assert not c.link.closed
 
     held_engine(run, go)
+
+
+def test_bursts_are_accepted_in_order_each_once_its_own_write_is_done(run):
+    async def go(engine, journal):
+        c = Client(engine)
+        c.open()
+        snd = c.sender("/queue/q")
+        await c.pump()
+        bursts = []
+        for b in range(4):  # one read each: one journal batch each
+            bursts.append(
+                [
+                    c.send(snd, Message(body=_body(10 * b + i), durable=True), tag=f"{b}.{i}")
+                    for i in range(5)
+                ]
+            )
+            await c.pump()
+        writes = [journal.write_of(_body(10 * b)) for b in range(4)]
+        assert len(set(map(id, writes))) == 4
+        states = lambda: [{d.remote_state for d in ds} for ds in bursts]  # noqa: E731
+        writes[2].set_result(None)
+        await c.pump()
+        assert states() == [{0}] * 4  # the oldest is not on disk yet: nothing answered
+        writes[0].set_result(None)
+        await c.pump()
+        assert states() == [{Delivery.ACCEPTED}, {0}, {0}, {0}]
+        writes[1].set_result(None)
+        writes[3].set_exception(StoreError("disk full"))
+        await c.pump()
+        assert states() == [{Delivery.ACCEPTED}] * 3 + [{Delivery.REJECTED}]
+
+    held_engine(run, go)
