@@ -30,66 +30,18 @@ from __future__ import annotations
 
 import base64
 import itertools
-import math
 import struct
 import time
 import uuid
-from collections.abc import Iterator, MutableMapping
-from typing import Any, Generic, TypeVar, overload
+from collections.abc import MutableMapping
+from typing import Any
 
 import msgpack
 
-
-class Int32(int):
-    """A property of the 32-bit ``int`` type (a plain ``int`` is a 64-bit ``long``)."""
-
-    __slots__ = ()
-
-    def __new__(cls, value: object = 0) -> Int32:
-        v = int.__new__(cls, value)  # type: ignore[call-overload]
-        if not -0x80000000 <= v <= 0x7FFFFFFF:
-            raise ValueError(f"{int(v)} does not fit a 32-bit int")
-        return v
-
-    def __repr__(self) -> str:
-        return f"Int32({int(self)})"
-
-
-class Float32(float):
-    """A property of the 32-bit ``float`` type (a plain ``float`` is a ``double``); the value
-    is rounded to single precision when made, so what is stored is what is read back."""
-
-    __slots__ = ()
-
-    def __new__(cls, value: object = 0.0) -> Float32:
-        v = float(value)  # type: ignore[arg-type]
-        if math.isfinite(v):
-            try:
-                v = struct.unpack(">f", struct.pack(">f", v))[0]
-            except OverflowError:
-                raise ValueError(f"{v!r} does not fit a 32-bit float") from None
-        return float.__new__(cls, v)
-
-    def __repr__(self) -> str:
-        return f"Float32({float(self)!r})"
-
-
-class Timestamp(int):
-    """A property of the ``timestamp`` type: milliseconds since the epoch (UTC)."""
-
-    __slots__ = ()
-
-    def __new__(cls, value: object = 0) -> Timestamp:
-        v = int.__new__(cls, value)  # type: ignore[call-overload]
-        if not -(2**63) <= v < 2**63:
-            raise ValueError(f"{int(v)} does not fit a 64-bit timestamp")
-        return v
-
-    def __repr__(self) -> str:
-        return f"Timestamp({int(self)})"
-
-
-PropertyValue = bool | int | float | str | bytes | uuid.UUID | None
+# This module is compiled (docs/building.md): the classes a compiled class cannot be (int and
+# float subclasses, a MutableMapping) live in modules of their own.
+from waystation.core.properties_view import DESTINATION, PropertiesView, is_private
+from waystation.core.property_types import Float32, Int32, PropertyValue, Timestamp
 
 # Well-known annotation names (the engine's reserved vocabulary).  _WS_DUPL_ID is the one
 # ``_WS_`` name that is an application property: clients set it for duplicate detection.
@@ -105,14 +57,9 @@ DIVERT_PATH = "_WS_DIVERT_PATH"
 # the nodes that stored and forwarded a message towards another node, in order ("a,b"): a node
 # that finds itself there dead-letters the message as a route loop
 ROUTE_PATH = "_WS_ROUTE_PATH"
-# the destination as the producer named it (e.g. a STOMP SEND's ``destination``), so a
-# consumer can be shown the same string; private: not visible through ``properties``
-# Private annotations: what only adapters read (how AMQP sections arrived, MQTT flags, the
-# retained mark).  They travel with the message (store, bridges) but are never shown among the
-# properties; an adapter names its own with this prefix.
-PRIVATE_PREFIX = "_WS_P_"
+# the destination as the producer named it (DESTINATION) and the adapters' private
+# annotations (PRIVATE_PREFIX): core/properties_view.py, which hides them from ``properties``
 RETAINED = "_WS_P_RETAINED"  # a retained message handed to a new subscription
-DESTINATION = "_WS_DESTINATION"
 
 # the annotations (the first journal format kept them among the properties)
 ANNOTATION_NAMES = frozenset(
@@ -288,36 +235,6 @@ STANDARD_FIELDS = (
 )
 
 
-T = TypeVar("T")
-
-
-class _Field(Generic[T]):
-    """A standard field: item ``index`` of the message's ``_std`` list."""
-
-    __slots__ = ("index",)
-
-    def __init__(self, index: int) -> None:
-        self.index = index
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _Field[T]: ...
-    @overload
-    def __get__(self, obj: Message, owner: type | None = None) -> T: ...
-    def __get__(self, obj: Message | None, owner: type | None = None) -> T | _Field[T]:
-        if obj is None:
-            return self
-        s = obj._std
-        return s[self.index] if s is not None else None  # type: ignore[return-value]
-
-    def __set__(self, obj: Message, value: T) -> None:
-        s = obj._std
-        if s is None:
-            if value is None:
-                return
-            s = obj._std = [None] * len(FIELD_INDEX)
-        s[self.index] = value  # type: ignore[call-overload]
-
-
 class Message:
     """One message.  Positional arguments as before: ``Message(id, address, body,
     properties, durable, priority, timestamp, expiration, scheduled)``; annotations and
@@ -338,17 +255,6 @@ class Message:
         "trace_id",
         "_size",
     )
-    # standard fields: kept in ``_std`` (one slot, None until one is set), so a message
-    # without any costs one assignment, and a mapping skips them all with one test
-    message_id: _Field[PropertyValue] = _Field(0)
-    correlation_id: _Field[PropertyValue] = _Field(1)
-    reply_to: _Field[str | None] = _Field(2)
-    content_type: _Field[str | None] = _Field(3)
-    content_encoding: _Field[str | None] = _Field(4)
-    user_id: _Field[str | None] = _Field(5)
-    subject: _Field[str | None] = _Field(6)
-    group_id: _Field[str | None] = _Field(7)
-    group_sequence: _Field[int | None] = _Field(8)
 
     def __init__(
         self,
@@ -391,15 +297,106 @@ class Message:
         protocol mapping skip them all with one test."""
         return self._std is not None
 
+    # -- standard fields: kept in ``_std`` (one slot, None until one is set), so a message
+    # without any costs one assignment, and a mapping skips them all with one test
+    def _set_field(self, index: int, value: PropertyValue) -> None:
+        s = self._std
+        if s is None:
+            if value is None:
+                return
+            s = self._std = [None] * len(STANDARD_FIELDS[:-1])
+        s[index] = value
+
+    @property
+    def message_id(self) -> PropertyValue:
+        s = self._std
+        return s[0] if s is not None else None
+
+    @message_id.setter
+    def message_id(self, value: PropertyValue) -> None:
+        self._set_field(0, value)
+
+    @property
+    def correlation_id(self) -> PropertyValue:
+        s = self._std
+        return s[1] if s is not None else None
+
+    @correlation_id.setter
+    def correlation_id(self, value: PropertyValue) -> None:
+        self._set_field(1, value)
+
+    @property
+    def reply_to(self) -> str | None:
+        s = self._std
+        return s[2] if s is not None else None  # type: ignore[return-value]
+
+    @reply_to.setter
+    def reply_to(self, value: str | None) -> None:
+        self._set_field(2, value)
+
+    @property
+    def content_type(self) -> str | None:
+        s = self._std
+        return s[3] if s is not None else None  # type: ignore[return-value]
+
+    @content_type.setter
+    def content_type(self, value: str | None) -> None:
+        self._set_field(3, value)
+
+    @property
+    def content_encoding(self) -> str | None:
+        s = self._std
+        return s[4] if s is not None else None  # type: ignore[return-value]
+
+    @content_encoding.setter
+    def content_encoding(self, value: str | None) -> None:
+        self._set_field(4, value)
+
+    @property
+    def user_id(self) -> str | None:
+        s = self._std
+        return s[5] if s is not None else None  # type: ignore[return-value]
+
+    @user_id.setter
+    def user_id(self, value: str | None) -> None:
+        self._set_field(5, value)
+
+    @property
+    def subject(self) -> str | None:
+        s = self._std
+        return s[6] if s is not None else None  # type: ignore[return-value]
+
+    @subject.setter
+    def subject(self, value: str | None) -> None:
+        self._set_field(6, value)
+
+    @property
+    def group_id(self) -> str | None:
+        s = self._std
+        return s[7] if s is not None else None  # type: ignore[return-value]
+
+    @group_id.setter
+    def group_id(self, value: str | None) -> None:
+        self._set_field(7, value)
+
+    @property
+    def group_sequence(self) -> int | None:
+        s = self._std
+        return s[8] if s is not None else None  # type: ignore[return-value]
+
+    @group_sequence.setter
+    def group_sequence(self, value: int | None) -> None:
+        self._set_field(8, value)
+
     # -- the three kinds of data ----------------------------------------------------------
     @property
     def properties(self) -> MutableMapping[str, PropertyValue]:
         """The application properties, reading through to visible annotations (see module
         doc).  Writes go to the application properties."""
         a = self._ann
-        if not a or all(_private(k) for k in a):
+        if not a or all(is_private(k) for k in a):
             return self._props
-        return _PropertiesView(self._props, a)
+        return PropertiesView(self._props, a)
 
     @properties.setter
     def properties(self, value: dict[str, PropertyValue]) -> None:
@@ -429,7 +426,7 @@ class Message:
         v = p.get(name)
         if v is None:
             a = self._ann
-            if a and not _private(name) and name not in p:
+            if a and not is_private(name) and name not in p:
                 return a.get(name)
         return v
 
@@ -557,63 +554,7 @@ class Message:
 FIELD_INDEX = {name: i for i, name in enumerate(STANDARD_FIELDS[:-1])}
 
 
-for _name, _i in FIELD_INDEX.items():
-    assert getattr(Message, _name).index == _i, _name
 assert FIELD_INDEX["group_id"] == 7  # Message.group reads it by position
-
-
-def _private(name: str) -> bool:
-    return name == DESTINATION or name.startswith(PRIVATE_PREFIX)
-
-
-class _PropertiesView(MutableMapping[str, PropertyValue]):
-    """Application properties with the annotations readable behind them (all but the private
-    ones: ``_WS_DESTINATION`` and ``_WS_P_*``); writes and deletes go to the properties.  A live view: made per
-    read of ``Message.properties`` on an annotated message, so it copies nothing."""
-
-    __slots__ = ("_p", "_a")
-
-    def __init__(self, props: dict[str, PropertyValue], ann: dict[str, PropertyValue]) -> None:
-        self._p = props
-        self._a = ann
-
-    def __getitem__(self, key: str) -> PropertyValue:
-        p = self._p
-        if key in p:
-            return p[key]
-        if not _private(key):
-            return self._a[key]
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:  # one lookup, not try/except
-        p = self._p
-        if key in p:
-            return p[key]
-        if not _private(key):
-            return self._a.get(key, default)
-        return default
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._p or (isinstance(key, str) and not _private(key) and key in self._a)
-
-    def __setitem__(self, key: str, value: PropertyValue) -> None:
-        self._p[key] = value
-
-    def __delitem__(self, key: str) -> None:
-        del self._p[key]  # an annotation cannot be deleted through the properties
-
-    def __iter__(self) -> Iterator[str]:
-        p = self._p
-        yield from p
-        for k in self._a:
-            if k not in p and not _private(k):
-                yield k
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({dict(self)!r})"
 
 
 # -- msgpack: the types it cannot tell apart travel as ext types ----------------------------

@@ -51,8 +51,12 @@ def test_evaluate_reports_three_values() -> None:
 def test_matches_never_raises_even_on_a_broken_message() -> None:
     f = compile_filter("HQSize > 1")
     assert f is not None
-    broken = Message(1, "a")
-    broken.body = None  # type: ignore[assignment]  # size() now raises TypeError
+
+    class Unmeasurable(str):
+        def __len__(self) -> int:
+            raise TypeError("no length")
+
+    broken = Message(1, "a", b"", {"p": Unmeasurable("x")})  # size() raises TypeError
     assert f.matches(broken) is False
 
 

@@ -283,3 +283,17 @@ def test_group_and_standard_fields_on_the_message() -> None:
     assert m.has_fields() and m.copy(2).reply_to == "r"
     with pytest.raises(TypeError, match="no standard field 'colour'"):
         Message(1, "q", colour="red")  # type: ignore[arg-type]
+
+
+def test_each_standard_field_has_its_own_place() -> None:
+    """The fields are properties over one list (the compiled message): each reads and writes
+    exactly its FIELD_INDEX place, and a message without any keeps no list."""
+    from waystation.core.message import FIELD_INDEX, Message
+
+    assert not Message(1, "a").has_fields()
+    for name, index in FIELD_INDEX.items():
+        m = Message(1, "a")
+        setattr(m, name, 7 if name == "group_sequence" else f"v-{name}")
+        assert m._std is not None and [i for i, v in enumerate(m._std) if v is not None] == [index]
+        assert getattr(m, name) == (7 if name == "group_sequence" else f"v-{name}")
+        assert Message(1, "a", **{name: None}).has_fields() is False
