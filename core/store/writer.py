@@ -6,6 +6,14 @@ takes everything pending at once, writes it, calls fdatasync once for the whole 
 any batch in it asked for sync, and settles all the group's futures with one
 ``call_soon_threadsafe``.  While it works, new batches pile up and share the next fsync.
 
+While fdatasync is quick, the event loop writes and syncs a group itself (:meth:`run_inline`)
+whatever its size: synchronous producers wait for their acknowledgements, so the loop has
+nothing to do during that fsync anyway, and handing the group to the thread costs two thread
+wake-ups (and the thread's wait for the GIL) per group, 60 us to milliseconds each on a busy
+machine.  After a group is settled on the loop, the next inline fsync waits until two loop
+turns have passed (:attr:`Writer.hold`), so the acknowledgements just released reach their
+sockets first instead of waiting behind that fsync.
+
 After an I/O error the writer stops writing: the error fails the group's futures and every
 later write (disk full or failing: the node must report it, not pretend).  What the failed
 group had already written is taken back first (its first batch header overwritten with the
@@ -34,8 +42,6 @@ log = logging.getLogger(__name__)
 
 # fsyncs slower than this (a busy or slow disk) are never done on the event loop thread
 INLINE_SYNC_LIMIT = 0.001
-# a bigger group means a busy loop: the thread's fsync then overlaps the loop's work
-INLINE_MAX_WAITERS = 2
 _TRAILER_SIZE = len(TRAILER)
 _clock = time.monotonic
 
@@ -108,6 +114,9 @@ class Writer:
         self.futs: list[asyncio.Future[None]] = []
         self.want_sync = False
         self.idle = False
+        # groups settled on the loop less than two turns ago: the loop's next inline fsync
+        # waits until the callbacks that send their acknowledgements have run
+        self.hold = 0
         self.closing = False
         self.error: StoreError | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -142,20 +151,15 @@ class Writer:
 
     def run_inline(self) -> bool:
         """Event loop thread: write and sync what is pending here, sparing two thread
-        wake-ups per group.  Only while the writer thread is idle, the group is small and
-        holds nothing but data, and recent fsyncs were quick; returns False to leave it to
-        the thread."""
+        wake-ups per group.  Only while the writer thread is idle, the group holds nothing
+        but data and recent fsyncs were quick; returns False to leave it to the thread."""
         with self.lock:
             if not self.idle or self.closing or self.error is not None:
                 return False
             futs = self.futs
             if not self.pending and not futs:
                 return True
-            if (
-                len(futs) > INLINE_MAX_WAITERS
-                or self.sync_ewma > INLINE_SYNC_LIMIT
-                or not self.plain
-            ):
+            if self.sync_ewma > INLINE_SYNC_LIMIT or not self.plain:
                 return False
             items, self.pending, self.tail = self.pending, [], None
             self.futs = []
@@ -172,13 +176,31 @@ class Writer:
             except Exception as exc:
                 err = self.error = self._failed(exc, written)
             self.groups += 1
-        if err is None:
-            for f in futs:  # _settle, inlined: this runs once per synchronous send
-                if not f.done():
-                    f.set_result(None)
-        else:
-            _settle(futs, err)
+        if futs:
+            if err is None:
+                for f in futs:  # _settle, inlined: this runs once per group
+                    if not f.done():
+                        f.set_result(None)
+            else:
+                _settle(futs, err)
+            self._hold()
         return True
+
+    def _hold(self) -> None:
+        """Event loop thread, just after settling a group: the futures' callbacks run in the
+        next loop turn and queue the acknowledgements, which are written in the turn after;
+        an inline fsync in between would keep them back for its whole duration."""
+        loop = self.loop
+        if loop is not None:
+            self.hold += 1
+            loop.call_soon(loop.call_soon, self._unhold)
+
+    def _unhold(self) -> None:
+        self.hold -= 1
+
+    def _settle_on_loop(self, futs: list[asyncio.Future[None]], err: BaseException | None) -> None:
+        _settle(futs, err)
+        self._hold()
 
     # ---- writer thread
     def _run(self) -> None:
@@ -211,7 +233,7 @@ class Writer:
             self.groups += 1
             if futs and self.loop is not None:
                 try:
-                    self.loop.call_soon_threadsafe(_settle, futs, err)
+                    self.loop.call_soon_threadsafe(self._settle_on_loop, futs, err)
                 except RuntimeError:  # loop closed: nobody is waiting any more
                     pass
             if closing and not items and not futs:
