@@ -90,6 +90,18 @@ class AddressInfo:
         self.auto_created = auto_created
 
 
+class RoutePlan:
+    """What routing to one address needs that does not change from message to message:
+    the bound queues and whether any is durable.  Made on first use and dropped whenever a
+    queue is created or deleted or an address forgotten (``PostOffice._plans``)."""
+
+    __slots__ = ("queues", "durable")
+
+    def __init__(self, queues: list[Queue]) -> None:
+        self.queues = queues
+        self.durable = any(q.durable for q in queues)
+
+
 class PostOffice:
     def __init__(
         self,
@@ -120,7 +132,8 @@ class PostOffice:
         self.addresses: dict[str, AddressInfo] = {}
         self._exact: dict[str, list[Queue]] = {}
         self._wild: list[Queue] = []
-        self._route_cache: dict[str, list[Queue]] = {}
+        self._plans: dict[str, RoutePlan] = {}  # address -> bindings (see RoutePlan)
+        self._trace_prefix = node_name + "/"  # a trace id is "node/message id"
         self.diverts: dict[str, Divert] = {}
         self._divert_cache: dict[str, list[Divert]] = {}
         self._dups: dict[str, DuplicateCache] = {}
@@ -168,10 +181,16 @@ class PostOffice:
             )
 
     def on_acked(self, ref: MessageRef) -> None:
-        if not ref.rid and self.events is None:  # not stored, no event: nothing to do
+        events = self.events
+        if not ref.rid and events is None:  # not stored, no event: nothing to do
             return
         ops: list[Op] = []
-        self.ack_ops(ref, ops)
+        if ref.rid:  # ``ack_ops``, inline (no keyword arguments): the per-message path
+            self.persistence.unref_ops(ref.rid, ref.message, ops)
+        if events is not None:
+            emit_message(
+                events, ACKED, ref.message, ref.queue.name, delivery_count=ref.delivery_count
+            )
         self.persistence.write(ops, False)
 
     def ack_ops(self, ref: MessageRef, ops: list[Op], tx: object = None, **extra: Any) -> None:
@@ -226,7 +245,7 @@ class PostOffice:
         if dla is None:
             dla = self.settings(msg.address).dead_letter_address
         if msg.trace_id is None:  # refused before it was routed (no route, unknown node)
-            msg.trace_id = f"{self.node_name}/{msg.id}"
+            msg.trace_id = self._trace_prefix + str(msg.id)
         # delivery_count None (a message never delivered) is written as null, like absent
         emit_message(
             self.events, DEAD_LETTERED, msg, queue, reason=reason, delivery_count=delivery_count
@@ -290,7 +309,7 @@ class PostOffice:
     def remove_address(self, name: str) -> None:
         """Forget ``name`` (the caller checked that no queue or divert uses it)."""
         self.addresses.pop(name, None)
-        self._route_cache.pop(name, None)
+        self._plans.pop(name, None)
 
     def _ensure_anycast(self, name: str) -> Queue:
         q = self.queues.get(name)
@@ -344,7 +363,7 @@ class PostOffice:
             self._wild.append(q)
         else:
             self._exact.setdefault(address, []).append(q)
-        self._route_cache.clear()
+        self._plans.clear()
         if durable and persist:
             rec = QueueRecord(
                 q.id,
@@ -374,7 +393,7 @@ class PostOffice:
                 bound.remove(q)
             if not bound:
                 self._exact.pop(q.address, None)
-        self._route_cache.clear()
+        self._plans.clear()
         for c in list(q.consumers):
             c.close()
             c.handler.consumer_closed(c, f"queue {name!r} was deleted")
@@ -388,16 +407,19 @@ class PostOffice:
             self.persistence.write_bindings([delete(q.id)], True)
 
     def bindings(self, address: str) -> list[Queue]:
-        hit = self._route_cache.get(address)
+        return self._plan(address).queues
+
+    def _plan(self, address: str) -> RoutePlan:
+        hit = self._plans.get(address)
         if hit is not None:
             return hit
         queues = list(self._exact.get(address, ()))
         if self._wild:
             queues.extend(q for q in self._wild if matches(q.address, address) and q not in queues)
-        if len(self._route_cache) > 10000:
-            self._route_cache.clear()
-        self._route_cache[address] = queues
-        return queues
+        if len(self._plans) > 10000:
+            self._plans.clear()
+        plan = self._plans[address] = RoutePlan(queues)
+        return plan
 
     # -- diverts --------------------------------------------------------------------------
     def add_divert(self, divert: Divert) -> None:
@@ -476,7 +498,7 @@ class PostOffice:
             log.error("message %d: routing deeper than %d hops, dropped", msg.id, MAX_ROUTE_DEPTH)
             return False
         if msg.trace_id is None:  # where the message first enters any node (DESIGN §8)
-            msg.trace_id = f"{self.node_name}/{msg.id}"
+            msg.trace_id = self._trace_prefix + str(msg.id)
         address = msg.address
         remote: tuple[str, str] | None = None
         if "::" in address:
@@ -485,8 +507,9 @@ class PostOffice:
                 msg.address = address = local
             else:  # for another node: accepted here, then stored to forward
                 remote = (node or "", local)
-        # a client's repeat is caught by its full name (``node::address`` for another node)
-        dup = msg.duplicate_id()
+        # a client's repeat is caught by its full name (``node::address`` for another node);
+        # a message without properties has no duplicate id (the common case: no call)
+        dup = msg.duplicate_id() if msg._props else None
         if dup is not None and dup in self.dup_cache(address):
             log.debug("duplicate id %r on %s: message dropped", dup, address)
             emit_message(self.events, DROPPED, msg, reason=DUPLICATE)
@@ -522,8 +545,13 @@ class PostOffice:
             encoded = self._encode(msg)
         if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
             emit_message(self.events, ACCEPTED, msg, **(origin or {}))
+        if not self.diverts:  # the common case: straight to the address's queues
+            sync = self._route_local(msg, ops, routing=routing, encoded=encoded)
+            if dup is not None:
+                self._remember(dup, dup_op, address, ops)
+            return sync
         sync = False
-        diverts = self._diverts_for(address) if self.diverts else ()
+        diverts = self._diverts_for(address)
         if diverts:
             exclusive = False
             for d in diverts:
@@ -560,8 +588,10 @@ class PostOffice:
     def _stores(self, address: str) -> bool:
         """Whether a message to ``address`` may be stored here (unknown: an address whose
         queues are created on first use)."""
-        queues = self.bindings(address)
-        return not queues or any(q.durable for q in queues)
+        plan = self._plans.get(address)
+        if plan is None:
+            plan = self._plan(address)
+        return plan.durable or not plan.queues
 
     @staticmethod
     def _encode(msg: Message) -> bytes:
@@ -579,14 +609,20 @@ class PostOffice:
         encoded: bytes | None = None,
     ) -> bool:
         address = msg.address
-        queues = self.bindings(address)
-        if not queues:
+        plan = self._plans.get(address)
+        if plan is None:
+            plan = self._plan(address)
+        queues = plan.queues
+        if queues:
+            durable = msg.durable and plan.durable  # stored in some queue here
+        else:
             queues = self._auto_create(address, routing)
+            durable = msg.durable and any(q.durable for q in queues)
+        if durable and encoded is None:
+            encoded = self._encode(msg)  # dead-letter and store-and-forward copies, plain ones
         sync = False
         stored = False
-        durable = msg.durable
-        if durable and encoded is None and any(q.durable for q in queues):
-            encoded = self._encode(msg)  # dead-letter and store-and-forward copies, plain ones
+        events = self.events
         for q in queues:
             if q.filter is not None and not q.filter.matches(msg):
                 continue
@@ -600,8 +636,8 @@ class PostOffice:
                 ops.append(self.persistence.ref_op(rid, q.id, msg, 0))
                 sync = True
             q.add(MessageRef(msg, q, rid))
-            if self.events is not None:  # the hot path: no call when the log is off
-                emit_message(self.events, ROUTED, msg, q.name)
+            if events is not None:  # the hot path: no call when the log is off
+                emit_message(events, ROUTED, msg, q.name)
         if not queues and not dead_letter:
             s = self.settings(address)
             if s.send_to_dla_on_no_route:
@@ -613,7 +649,7 @@ class PostOffice:
     def enqueue(self, msg: Message, q: Queue, ops: list[Op]) -> None:
         """Put ``msg`` (new, not routed) into ``q`` alone, stored if both are durable."""
         if msg.trace_id is None:
-            msg.trace_id = f"{self.node_name}/{msg.id}"
+            msg.trace_id = self._trace_prefix + str(msg.id)
         rid = 0
         if msg.durable and q.durable:
             rid = self.ids()
@@ -678,7 +714,8 @@ class PostOffice:
     ) -> asyncio.Future[None] | None:
         """Route and persist one message; the future (if any) resolves once it is on disk.
         ``origin``: ``protocol`` and ``session`` of the producer, for the ``accepted`` event."""
-        self.check_full(msg.address)
+        if self.repo.has_size_limits():
+            self.check_full(msg.address)
         ops: list[Op] = []
         sync = self.route(msg, ops, routing, 0, origin)
         if not ops:

@@ -468,7 +468,7 @@ class Queue:
             self._count -= 1
             ref = level.popleft()
             msg = ref.message
-            usage.memory_bytes -= msg.size()
+            usage.memory_bytes -= msg._size or msg.size()  # sized as it was added: no call
             if usage.waiters:
                 ctx.memory_released(usage)
             if msg.expiration and msg.expired():
@@ -483,7 +483,8 @@ class Queue:
                 self._dispatch_selective()
                 return
             c._deliver(ref)
-            ctx.on_delivered(ref)
+            if ctx.events is not None:  # (no call when the event log is off)
+                ctx.on_delivered(ref)
             if c.auto_ack:
                 self.acknowledge(ref, None)
             if len(consumers) != n:

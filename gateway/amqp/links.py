@@ -337,7 +337,17 @@ class Subscriber:
     """A link on which the client receives (proton: our Sender); the core consumer's
     delivery handler."""
 
-    __slots__ = ("amqp", "link", "ptr", "consumer", "presettled", "durable", "closed", "tags")
+    __slots__ = (
+        "amqp",
+        "link",
+        "ptr",
+        "consumer",
+        "presettled",
+        "durable",
+        "closed",
+        "tags",
+        "accepted",
+    )
     incoming = False  # proton: a sender (deliveries go out on it)
 
     def __init__(self, amqp: AmqpSession, link: Link, presettled: bool) -> None:
@@ -351,6 +361,9 @@ class Subscriber:
         # unsettled deliveries (raw pn_delivery_t, compared by address) -> the core's tag:
         # a dict lookup instead of reading the tag back out of proton at each disposition
         self.tags: dict[Any, int] = {}
+        # core tags the client accepted during this read, settled together at its end
+        # (``settle_accepted``: one core call and one dispatch pass for them all)
+        self.accepted: list[int] = []
 
     @classmethod
     def attach(cls, amqp: AmqpSession, link: Link) -> Subscriber | None:
@@ -467,6 +480,8 @@ class Subscriber:
 
     # -- from the client --------------------------------------------------------------------
     def flow(self) -> None:
+        if self.accepted:  # the accepts before it first, as they came
+            self.settle_accepted()
         session = self.amqp.session
         if session is not None and not self.closed:
             ptr = self.ptr
@@ -480,13 +495,26 @@ class Subscriber:
         state = _remote_state(d)
         if state == _ACCEPTED:
             tag = self.tags.pop(d, None)
-            try:
-                session.settle(self.consumer, int(pn.tag(d)) if tag is None else tag)
-            except ConsumerError as e:
-                log.info("AMQP %s: disposition refused: %s", self.amqp.peer, e)
+            accepted = self.accepted
+            if not accepted:
+                self.amqp.settling.append(self)
+            accepted.append(int(pn.tag(d)) if tag is None else tag)
             _settle(d)
             return
+        if self.accepted:
+            self.settle_accepted()
         self._outcome(d, Delivery.wrap(d), state)
+
+    def settle_accepted(self) -> None:
+        """Settle the accepts gathered from this read in the core, in their order."""
+        tags, self.accepted = self.accepted, []
+        session = self.amqp.session
+        if session is None or self.closed or not tags:
+            return
+        try:
+            session.settle_many(self.consumer, tags)
+        except ConsumerError as e:
+            log.info("AMQP %s: disposition refused: %s", self.amqp.peer, e)
 
     def _outcome(self, d: Any, dlv: Delivery, state: int) -> None:
         session = self.amqp.session
@@ -538,6 +566,8 @@ class Subscriber:
 
     def detach(self, closed: bool) -> None:
         """The client detached: the consumer goes; a durable subscription too on close."""
+        if self.accepted:
+            self.settle_accepted()
         if self.closed:
             return
         self.closed = True
@@ -552,6 +582,8 @@ class Subscriber:
 
     def released(self) -> None:
         """The link is gone with its session or connection (not removed by the client)."""
+        if self.accepted:
+            self.settle_accepted()
         if not self.closed:
             self.closed = True
             if self.amqp.session is not None:

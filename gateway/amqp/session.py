@@ -113,6 +113,7 @@ class AmqpSession(TransactionsMixin):
         self.conn.collect(self.collector)
         self._col = self.collector._impl
         self.links: dict[Any, Any] = {}  # raw pn_link_t -> Producer, Subscriber, Coordinator
+        self.settling: list[Any] = []  # subscribers with accepts of this read to settle
         t = self.transport = Transport(Transport.SERVER)
         t.max_frame_size = self.options.max_frame_size
         t.channel_max = self.options.max_sessions - 1  # channels are numbered from 0
@@ -181,6 +182,8 @@ class AmqpSession(TransactionsMixin):
                     return
             self._process()
         finally:
+            if self.settling:  # the read's accepts, one core call per link (same burst)
+                self._settle_accepted()
             engine.end_burst()
         self._flush()
 
@@ -239,6 +242,11 @@ class AmqpSession(TransactionsMixin):
             pn.settle(d)
 
     # -- output -----------------------------------------------------------------------------
+    def _settle_accepted(self) -> None:
+        subs, self.settling = self.settling, []
+        for s in subs:
+            s.settle_accepted()
+
     def want_flush(self) -> None:
         """Something was queued in proton outside of input handling: write it this turn."""
         if not self._flush_soon and not self.closed:
@@ -525,6 +533,7 @@ class AmqpSession(TransactionsMixin):
             self._tick.cancel()
             self._tick = None
         if self.session is not None:
+            self._settle_accepted()  # accepted before the connection went: not redelivered
             self.session.close()
 
 
