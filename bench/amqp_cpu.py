@@ -15,7 +15,6 @@ in.  Variants are interleaved within each round (the machine is noisy).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import shutil
@@ -35,17 +34,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def serve(pkg: Path, config: str) -> int:
     """Run a node with ``pkg`` standing in for waystation.gateway.amqp."""
-    import waystation.gateway
+    from amqp_inproc import use_package  # bench/, beside this script
 
-    name = "waystation.gateway.amqp"
-    spec = importlib.util.spec_from_file_location(
-        name, pkg / "__init__.py", submodule_search_locations=[str(pkg)]
-    )
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    waystation.gateway.amqp = mod
+    use_package(pkg)
     from waystation.gateway.cli import main
 
     return main(["run", config])

@@ -16,6 +16,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -32,6 +33,7 @@ from waystation.core.store.api import (
     nothing,
     put,
 )
+from waystation.core.store.journal import follow
 from waystation.core.store.recovery import RecordTable
 
 log = logging.getLogger("waystation.persistence")
@@ -261,20 +263,6 @@ class RecoveredState:
                 yield mid
 
 
-def _follow(src: asyncio.Future[None], dst: asyncio.Future[None]) -> None:
-    """Settle ``dst`` as ``src`` was settled."""
-    if dst.done():
-        return
-    if src.cancelled():
-        dst.cancel()
-        return
-    exc = src.exception()
-    if exc is not None:
-        dst.set_exception(exc)
-    else:
-        dst.set_result(None)
-
-
 class Persistence:
     """Builds journal batches and counts references per durable message."""
 
@@ -384,7 +372,7 @@ class Persistence:
             if done is None:
                 fut.set_result(None)
             else:
-                done.add_done_callback(lambda f: _follow(f, fut))
+                done.add_done_callback(partial(follow, fut))
 
     def write_bindings(self, ops: list[Op], sync: bool) -> asyncio.Future[None] | None:
         if not ops or not self.enabled:

@@ -56,8 +56,8 @@ _PUT_SIZE = OP_PUT.size
 _HDR_SIZE = BATCH_HDR.size
 
 
-def _follow(dst: asyncio.Future[None], src: asyncio.Future[None]) -> None:
-    """Settle ``dst`` as ``src`` was settled."""
+def follow(dst: asyncio.Future[None], src: asyncio.Future[None]) -> None:
+    """Settle ``dst`` as ``src`` was settled (``src.add_done_callback(partial(follow, dst))``)."""
     if dst.done():
         return
     if src.cancelled():
@@ -182,7 +182,7 @@ class FileJournal:
         if self._wraps_write:
             done = self.write(ops, True)
             assert done is not None
-            done.add_done_callback(partial(_follow, fut))
+            done.add_done_callback(partial(follow, fut))
             return
         self._append(ops, fut)
 
