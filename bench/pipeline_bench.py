@@ -61,7 +61,8 @@ def logs_for(events: int, cache: Path, fmt: str) -> tuple[Path, int]:
         d / "logs", messages, sites=3, fmt=fmt, minutes=60,
         faults={"lost": k, "duplicated": k, "dead_lettered": k, "expired": k, "in_flight": k},
     )  # fmt: skip
-    meta.write_text(json.dumps({"events": truth.events, "messages": messages}))
+    faults = {st: sorted(ids) for st, ids in truth.status.items()}
+    meta.write_text(json.dumps({"events": truth.events, "messages": messages, "faults": faults}))
     print(f"generated {truth.events} events in {time.perf_counter() - t:.0f} s", file=sys.stderr)
     return d, truth.events
 
@@ -97,6 +98,7 @@ def main() -> int:
     )  # fmt: skip
     total = time.perf_counter() - t0
     cpu = cpu_seconds() - c0  # before stop(): the JVM's time goes with it
+    faults = check_faults(spark, out, json.loads((d / "truth.json").read_text()))
     spark.stop()
     stages = {"spark_start": round(jvm, 2), **result.timings}
     # phases announced: read, messages, summary, routes, report (and the end)
@@ -124,9 +126,38 @@ def main() -> int:
     print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
     print(f"{n / total:,.0f} events/s; CPU {cpu:.0f} s ({cpu / total:.2f} cores busy on average)")
     print(f"statuses {result.summary['status']}")
+    print(faults)
     if a.json:
         Path(a.json).write_text(json.dumps(figures, indent=2) + "\n")
     return 0
+
+
+def check_faults(spark: object, out: Path, truth: dict[str, object]) -> str:
+    """The injected faults against what the job found (not timed): exactly the generated
+    trace ids per status when the cache has them, else the counts per status."""
+    from pyspark.sql import functions as F
+
+    m = spark.read.parquet(str(out / "messages"))  # type: ignore[attr-defined]
+    found: dict[str, set[str]] = {}
+    for r in m.where(F.col("status") != "delivered").select("trace_id", "status").collect():
+        found.setdefault(r["status"], set()).add(r["trace_id"])
+    injected = truth.get("faults")
+    if isinstance(injected, dict):
+        want = {st: set(ids) for st, ids in injected.items()}
+    else:  # a cache from before the ids were kept: the generator's count per kind
+        k = max(1, int(truth["messages"]) // 10_000)  # type: ignore[call-overload]
+        want = {
+            st: {str(i) for i in range(k)}
+            for st in ("lost", "duplicated", "dead_lettered", "expired", "in_flight")
+        }
+        found = {st: {str(i) for i in range(len(ids))} for st, ids in found.items()}
+    n = sum(len(v) for v in want.values())
+    ok = {st: ids for st, ids in found.items() if ids} == {
+        st: ids for st, ids in want.items() if ids
+    }
+    how = "trace ids" if isinstance(injected, dict) else "counts"
+    verdict = "all found, nothing else" if ok else f"MISMATCH: found {found}"
+    return f"faults ({how}): {n} injected; {verdict}"
 
 
 def source_rates(a: argparse.Namespace) -> int:

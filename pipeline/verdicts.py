@@ -53,31 +53,77 @@ def simple(g: Getter) -> Column:
     return (g("n_routed") == 1) & (g("n_acked") == 1) & (g("n_dead") == 0) & (g("n_expired") == 0)
 
 
+def _dest_rules(g: Getter) -> list[tuple[Column, str]]:
+    """A destination queue's verdict: the first rule that holds (else ``in_flight``)."""
+    return [
+        ((g("n_routed") > 1) | (g("n_acked") > 1), "duplicated"),
+        (g("n_dead") > 0, "dead_lettered"),
+        (g("n_expired") > 0, "expired"),
+        (g("n_acked") > 0, "delivered"),
+        (g("gone"), "lost"),
+    ]
+
+
+def _hop_rules(g: Getter, peer_seen: Column, peer_logged: Column) -> list[tuple[Column, str]]:
+    """A store-and-forward queue's verdict: the first rule that holds (else ``in_flight``)."""
+    out = g("n_forwarded") + g("n_acked") > 0
+    return [
+        (g("n_dead") > 0, "dead_lettered"),
+        (g("n_expired") > 0, "expired"),
+        (peer_seen, "delivered"),
+        (out & peer_logged, "lost"),
+        (out, "in_flight"),  # the peer's log was not given
+        (g("gone"), "lost"),
+    ]
+
+
+def _chain(rules: list[tuple[Column, str]], value: Callable[[str], Column]) -> Column:
+    c = F.when(rules[0][0], value(rules[0][1]))
+    for cond, v in rules[1:]:
+        c = c.when(cond, value(v))
+    return c.otherwise(value("in_flight"))
+
+
+def _peer_logged(g: Getter, nodes: list[str]) -> Column:
+    return peer(g).isin(nodes) if nodes else F.lit(False)
+
+
+def _unseen_fwd(g: Getter, sf: Column, peer_seen: Column) -> Column:
+    return sf & ~peer_seen & (g("n_forwarded") > 0)
+
+
+def has_detail(g: Getter, sf: Column, peer_seen: Column) -> Column:
+    """True exactly when :func:`verdict` gives a non-null ``detail`` (its conditions, in
+    numbers only: the fast path builds the text only for the few traces that need it)."""
+    return (
+        _unseen_fwd(g, sf, peer_seen)
+        | (g("gone") & (g("n_acked") + g("n_dead") + g("n_expired") == 0))
+        | (g("n_routed") > 1)
+        | (g("n_acked") > 1)
+    )
+
+
+def dest_rank(g: Getter) -> Column:
+    """The rank of a destination reference's verdict (:func:`verdict` with ``sf`` false)."""
+    return _chain(_dest_rules(g), lambda v: F.lit(RANK[v]))
+
+
+def hop_rank(g: Getter, peer_seen: Column, peer_logged: Column) -> Column:
+    """The rank of a store-and-forward reference's verdict (:func:`verdict` with ``sf``;
+    ``peer_logged``: the peer is one of the nodes whose logs are read)."""
+    return _chain(_hop_rules(g, peer_seen, peer_logged), lambda v: F.lit(RANK[v]))
+
+
 def verdict(g: Getter, nodes: list[str], peer_seen: Column) -> Column:
     """``struct(r, verdict, detail)`` of one reference (``peer_seen``: the peer's log has
     the trace; only read for a store-and-forward queue)."""
     sf = g("queue").startswith(SF_PREFIX)
     p = peer(g)
-    peer_logged = p.isin(nodes) if nodes else F.lit(False)
-    out = g("n_forwarded") + g("n_acked") > 0
-    waiting = F.when(g("gone"), "lost").otherwise("in_flight")
-    dest = (
-        F.when((g("n_routed") > 1) | (g("n_acked") > 1), "duplicated")
-        .when(g("n_dead") > 0, "dead_lettered")
-        .when(g("n_expired") > 0, "expired")
-        .when(g("n_acked") > 0, "delivered")
-        .otherwise(waiting)
-    )
-    hop = (
-        F.when(g("n_dead") > 0, "dead_lettered")
-        .when(g("n_expired") > 0, "expired")
-        .when(peer_seen, "delivered")
-        .when(out & peer_logged, "lost")
-        .when(out, "in_flight")  # the peer's log was not given
-        .otherwise(waiting)
-    )
+    peer_logged = _peer_logged(g, nodes)
+    dest = _chain(_dest_rules(g), F.lit)
+    hop = _chain(_hop_rules(g, peer_seen, peer_logged), F.lit)
     at = F.concat(g("node"), F.lit(":"), g("queue"))
-    unseen_fwd = sf & ~peer_seen & (g("n_forwarded") > 0)
+    unseen_fwd = _unseen_fwd(g, sf, peer_seen)
     detail = (
         F.when(unseen_fwd & peer_logged,
                F.concat(F.lit("forwarded to "), p, F.lit(", never accepted there")))
