@@ -220,6 +220,26 @@ def _origin() -> Column:
     )  # fmt: skip
 
 
+def _status_and_reason(verdict: Column) -> tuple[Column, Column]:
+    """A trace's status from its hop verdict and event counts, and the status's reason (to
+    be computed after ``status``): one rule for the fast path and the general one."""
+    c = F.col
+    status = (
+        F.when(verdict == "duplicated", "duplicated")
+        .when(c("n_dead") > 0, "dead_lettered")
+        .when(verdict.isNotNull(), verdict)
+        .when(c("n_expired") > 0, "expired")
+        .when(c("drop_reason").isNotNull(), "dropped")
+        .otherwise("lost")
+    )
+    reason = (
+        F.when(c("status") == "dead_lettered", c("dead_reason"))
+        .when(c("status") == "dropped", c("drop_reason"))
+        .when(c("status") == "expired", F.lit("expired"))
+    )
+    return status, reason
+
+
 def messages(refs: DataFrame, strings: DataFrame, nodes: list[str], journey: bool) -> DataFrame:
     """One row per trace: ``trace_id, status, reason, origin_node, address, durable,
     first_us, last_us, nodes, detail, accepted_us, destinations`` (and ``journey``, its
@@ -262,19 +282,7 @@ def messages(refs: DataFrame, strings: DataFrame, nodes: list[str], journey: boo
         )
     )
     verdict = c("w.verdict")
-    status = (
-        F.when(verdict == "duplicated", "duplicated")
-        .when(c("n_dead") > 0, "dead_lettered")
-        .when(verdict.isNotNull(), verdict)
-        .when(c("n_expired") > 0, "expired")
-        .when(c("drop_reason").isNotNull(), "dropped")
-        .otherwise("lost")
-    )
-    reason = (
-        F.when(c("status") == "dead_lettered", c("dead_reason"))
-        .when(c("status") == "dropped", c("drop_reason"))
-        .when(c("status") == "expired", F.lit("expired"))
-    )
+    status, reason = _status_and_reason(verdict)
     detail = F.when(
         (c("status") == "lost") & verdict.isNull(), F.lit("accepted, then no queue holds it")
     ).otherwise(c("w.detail"))
@@ -459,19 +467,7 @@ def fast_messages(
     for name, r in V.RANK.items():
         names[r] = name
     verdict = _lookup(names, F.shiftright(c("w"), 1), "string")
-    status = (
-        F.when(verdict == "duplicated", "duplicated")
-        .when(c("n_dead") > 0, "dead_lettered")
-        .when(verdict.isNotNull(), verdict)
-        .when(c("n_expired") > 0, "expired")
-        .when(c("drop_reason").isNotNull(), "dropped")
-        .otherwise("lost")
-    )
-    reason = (
-        F.when(c("status") == "dead_lettered", c("dead_reason"))
-        .when(c("status") == "dropped", c("drop_reason"))
-        .when(c("status") == "expired", F.lit("expired"))
-    )
+    status, reason = _status_and_reason(verdict)
     detail = F.when(
         (c("status") == "lost") & c("w").isNull(), F.lit("accepted, then no queue holds it")
     )
