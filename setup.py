@@ -4,17 +4,15 @@ The repository keeps the product's top-level folders (core/, gateway/, ...); ins
 one is a subpackage of the single ``waystation`` namespace, so nothing generic such as
 ``core`` or ``config`` lands at the top of site-packages.
 
-The modules listed in ``[tool.waystation.mypyc]`` (pyproject.toml) are compiled with mypyc
-when a wheel is built (``pip install .``): the codecs run about twice as fast compiled. The
-.py files are always installed too, so when mypy or a C compiler is missing, or the build
-fails, the install still succeeds and is pure Python. ``WAYSTATION_COMPILE`` picks:
+The modules listed in ``[tool.waystation.mypyc]`` (pyproject.toml) can be compiled with mypyc:
+the node then needs about half the CPU per message. Compiling takes over a minute, so it is
+asked for; the .py files are always installed too. ``WAYSTATION_COMPILE`` picks:
 
-- unset: compile a wheel when possible, else pure; editable installs stay pure, and remove
-  the in-place builds a ``WAYSTATION_COMPILE=1`` editable install left, so an edited .py file
-  is never shadowed by a stale compiled module;
-- ``0``: never compile;
+- unset or ``0``: pure Python; an editable install also removes the in-place builds an earlier
+  compiling editable install left, so an edited .py file is never shadowed by a stale one;
 - ``1``: compile, editable installs too (in place, beside the .py files: rerun the install
-  after editing a compiled module), and fail instead of falling back.
+  after editing a compiled module), and fail instead of falling back;
+- ``auto``: compile when a C compiler and mypyc are there and the build succeeds, else pure.
 """
 
 from __future__ import annotations
@@ -91,7 +89,7 @@ def _mypyc_extensions(modules: list[str]) -> list[Extension]:
 
 
 class OptionalBuildExt(build_ext):
-    """Builds the compiled modules, or (unless WAYSTATION_COMPILE=1) none of them on error."""
+    """Builds the compiled modules, or (WAYSTATION_COMPILE=auto) none of them on error."""
 
     def run(self) -> None:
         try:
@@ -107,16 +105,17 @@ class OptionalBuildExt(build_ext):
 
 MODE = os.environ.get("WAYSTATION_COMPILE", "").strip()
 STRICT = MODE == "1"
+COMPILE = STRICT or MODE == "auto"
 ARGS = set(sys.argv[1:])
 EDITABLE = bool({"editable_wheel", "develop"} & ARGS or {"--inplace", "-i"} & ARGS)  # in the tree
 BUILDING = bool({"bdist_wheel", "build", "build_ext", "install"} & ARGS)
 ext_modules: list[Extension] = []
 modules = _modules()
-if EDITABLE and not STRICT:
+if EDITABLE and not COMPILE:
     for stale in _compiled_files():
         _log(f"editable install stays pure Python: removing {stale}")
         stale.unlink()
-elif modules and MODE != "0" and (EDITABLE or BUILDING):
+elif modules and COMPILE and (EDITABLE or BUILDING):
     if not STRICT and not _has_compiler():
         _log("no C compiler found, installing pure Python")
     else:

@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from waystation.core.store.api import MemoryJournal
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -41,13 +43,8 @@ def use_package(pkg: Path) -> None:
     waystation.gateway.amqp = mod
 
 
-class SoonJournal:
+class SoonJournal(MemoryJournal):
     """Stores nothing; a synchronous write is done on the next loop turn (an instant disk)."""
-
-    def open(self) -> Any:
-        from waystation.core.store.api import Recovered, RecoveryReport
-
-        return Recovered({}, RecoveryReport())
 
     def write(self, ops: Any, sync: bool) -> asyncio.Future[None] | None:
         if not sync:
@@ -55,15 +52,6 @@ class SoonJournal:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().call_soon(fut.set_result, None)
         return fut
-
-    async def flush(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
-
-    def stats(self) -> dict[str, int]:
-        return {}
 
 
 class Link:

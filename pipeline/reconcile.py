@@ -220,6 +220,21 @@ def _origin() -> Column:
     )  # fmt: skip
 
 
+def _trace_aggs(node: str) -> list[Column]:
+    """The per-trace aggregates both paths share (``node``: the node column they name)."""
+    return [
+        F.min_by(node, "acc_us").alias("first_node"),
+        F.min_by("addr_h", "acc_us").alias("address"),
+        F.max("durable").alias("durable"),
+        F.min("first_us").alias("first_us"),
+        F.max("last_us").alias("last_us"),
+        F.sum("n_dead").alias("n_dead"),
+        F.sum("n_expired").alias("n_expired"),
+        F.max_by("dead_h", "dead_us").alias("dead_reason"),
+        F.max_by("drop_h", "drop_us").alias("drop_reason"),
+    ]
+
+
 def _status_and_reason(verdict: Column) -> tuple[Column, Column]:
     """A trace's status from its hop verdict and event counts, and the status's reason (to
     be computed after ``status``): one rule for the fast path and the general one."""
@@ -250,15 +265,7 @@ def messages(refs: DataFrame, strings: DataFrame, nodes: list[str], journey: boo
     bridge hop's verdict, a destination's remote accept), each of one or two elements."""
     c = F.col
     aggs = [
-        F.min_by("node", "acc_us").alias("first_node"),
-        F.min_by("addr_h", "acc_us").alias("address"),
-        F.max("durable").alias("durable"),
-        F.min("first_us").alias("first_us"),
-        F.max("last_us").alias("last_us"),
-        F.sum("n_dead").alias("n_dead"),
-        F.sum("n_expired").alias("n_expired"),
-        F.max_by("dead_h", "dead_us").alias("dead_reason"),
-        F.max_by("drop_h", "drop_us").alias("drop_reason"),
+        *_trace_aggs("node"),
         F.sort_array(F.collect_set("node")).alias("nodes"),
         F.max("fixed").alias("fixed"),
         F.collect_list("hop").alias("hops"),
@@ -417,15 +424,7 @@ def fast_messages(
     words = max(1, (n + _BITS - 1) // _BITS)
     one = F.lit(1).cast("long")
     aggs = [
-        F.min_by("node_i", "acc_us").alias("first_node"),
-        F.min_by("addr_h", "acc_us").alias("address"),
-        F.max("durable").alias("durable"),
-        F.min("first_us").alias("first_us"),
-        F.max("last_us").alias("last_us"),
-        F.sum("n_dead").alias("n_dead"),
-        F.sum("n_expired").alias("n_expired"),
-        F.max_by("dead_h", "dead_us").alias("dead_reason"),
-        F.max_by("drop_h", "drop_us").alias("drop_reason"),
+        *_trace_aggs("node_i"),
         *[
             F.bit_or(
                 F.when(

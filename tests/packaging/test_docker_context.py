@@ -129,7 +129,7 @@ def _boot(dockerfile_text: str, tmp: Path) -> tuple[subprocess.Popen[bytes], int
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
     # pure Python: compiling takes over a minute here, and tests/packaging/test_wheel.py
-    # proves the compiled build (the image compiles with the gcc its RUN installs)
+    # proves the compiled build (the image's RUN compiles, with the gcc it installs)
     env["WAYSTATION_COMPILE"] = "0"
     workdir = image / df.workdir.lstrip("/")
     install = subprocess.run(
