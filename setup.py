@@ -82,7 +82,9 @@ def _mypyc_extensions(modules: list[str]) -> list[Extension]:
     config = BUILD / "mypy.ini"
     # Only the listed modules must type-check here: the build environment lacks the runtime
     # dependencies (pydantic ...), so errors in the modules they import are not the build's.
-    config.write_text("[mypy]\nignore_missing_imports = True\nfollow_imports = silent\n")
+    config.write_text(
+        "[mypy]\nignore_missing_imports = True\nfollow_imports = silent\nstrict_bytes = True\n"
+    )
     options = ["--config-file", str(config), "--cache-dir", str(BUILD / "cache")]
     paths = [str(src / "waystation" / m) for m in modules]
     return mypycify(options + paths, group_name=GROUP, target_dir=str(BUILD / "c"))

@@ -90,14 +90,14 @@ class MessageTable(Mapping[int, Record]):
     ``Record`` and a dict entry): where each one is in its journal file, or its bytes when
     recovery kept it in memory.  A ``Mapping`` of ``Record`` for callers that want one."""
 
-    __slots__ = ("_mids", "_seqs", "_offs", "_sizes", "_inline", "placed", "_sorted", "_next")
+    __slots__ = ("_mids", "_seqs", "_offs", "_sizes", "_in_memory", "placed", "_sorted", "_next")
 
     def __init__(self) -> None:
         self._mids = array("q")
         self._seqs = array("q")
         self._offs = array("q")
-        self._sizes = array("q")  # 0: kept in memory, in ``_inline``
-        self._inline: dict[int, bytes] = {}
+        self._sizes = array("q")  # 0: kept in memory, in ``_in_memory``
+        self._in_memory: dict[int, bytes] = {}
         self.placed = bytearray()  # 1 once a reference of the message was placed
         self._sorted = True
         self._next = 0  # where find looks first
@@ -112,7 +112,7 @@ class MessageTable(Mapping[int, Record]):
         self._offs.append(offset)
         self._sizes.append(size)
         if size == 0:
-            self._inline[mid] = data
+            self._in_memory[mid] = data
 
     def finish(self) -> None:
         """Sort by id (ids come in increasing order, so this is rarely needed)."""
@@ -142,7 +142,7 @@ class MessageTable(Mapping[int, Record]):
     def record(self, i: int) -> Record:
         size = self._sizes[i]
         if size == 0:
-            return Record(RT_MESSAGE, self._inline[self._mids[i]])
+            return Record(RT_MESSAGE, self._in_memory[self._mids[i]])
         return Record(RT_MESSAGE, b"", self._seqs[i], self._offs[i], size)
 
     def ids(self) -> array[int]:

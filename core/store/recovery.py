@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import compress
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from waystation.core.store.api import DELETE, PUT, Record, RecoveryReport, StoreError
 from waystation.core.store.files import Layout
@@ -185,7 +185,7 @@ def replay_file(
     """Apply the valid batches of one file; returns the scan and how many batches applied.
     Records larger than ``leave_over`` bytes (>= 0) are left on disk: only where they are
     is kept (:class:`Record`), so recovery holds no more than one file's bytes at a time."""
-    found = scan(cast(bytes, buf), seq)  # reads it like bytes
+    found = scan(buf, seq)
     view = memoryview(buf)
     applied = 0
     table = records if isinstance(records, RecordTable) and leave_over >= 0 else None

@@ -125,7 +125,7 @@ def decode_ops(payload: bytes | memoryview) -> list[RawOp]:
 OK, STALE, ZERO, BAD = range(4)
 
 
-def probe(buf: bytes, pos: int, seq: int) -> tuple[int, int]:
+def probe(buf: bytes | bytearray, pos: int, seq: int) -> tuple[int, int]:
     """Classify the bytes at ``pos``: (OK|STALE|ZERO|BAD, frame length when OK or STALE)."""
     if pos + BATCH_HDR.size > len(buf):
         return (ZERO if not buf[pos:].strip(b"\0") else BAD), 0
@@ -152,7 +152,7 @@ class Scan:
     tail: tuple[int, int] | None = None  # (offset, bytes) damage followed by nothing valid
 
 
-def _next_valid(buf: bytes, pos: int, seq: int) -> int | None:
+def _next_valid(buf: bytes | bytearray, pos: int, seq: int) -> int | None:
     while True:
         pos = buf.find(BATCH_MAGIC_BYTES, pos)
         if pos < 0:
@@ -162,7 +162,7 @@ def _next_valid(buf: bytes, pos: int, seq: int) -> int | None:
         pos += 1
 
 
-def _bad_extent(buf: bytes, pos: int) -> int:
+def _bad_extent(buf: bytes | bytearray, pos: int) -> int:
     """How many bytes a bad frame at ``pos`` spans (its declared size if plausible)."""
     if pos + BATCH_HDR.size <= len(buf):
         magic, length, _, _ = BATCH_HDR.unpack_from(buf, pos)
@@ -172,7 +172,7 @@ def _bad_extent(buf: bytes, pos: int) -> int:
     return (len(buf) if gap < 0 else gap) - pos
 
 
-def scan(buf: bytes, seq: int) -> Scan:
+def scan(buf: bytes | bytearray, seq: int) -> Scan:
     """Find the batches of file ``seq`` in ``buf`` (the whole file, header included).
 
     Data ends at zeros or at a batch from an earlier life of the file.  A bad frame is

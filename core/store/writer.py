@@ -135,8 +135,8 @@ class Writer:
             self.fds[seq] = os.open(layout.data_path(seq), os.O_RDWR)
             self.caps[seq] = cap
         self._compactor: threading.Thread | None = None
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
-        self._thread.start()
+        self._writer_thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._writer_thread.start()
 
     # ---- called from the event loop
     def stop(self) -> None:
@@ -145,7 +145,7 @@ class Writer:
             self.cond.notify()
 
     def join(self) -> None:
-        self._thread.join()
+        self._writer_thread.join()
         if self._compactor is not None:
             self._compactor.join()
 

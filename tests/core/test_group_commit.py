@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from gatedjournal import GatedJournal
 
 from waystation.core.persistence import Persistence
-from waystation.core.store.api import Op, put
+from waystation.core.store.api import put
 from waystation.core.store.journal import FileJournal
 
 
@@ -112,31 +113,7 @@ def test_write_into_settles_the_callers_own_future_after_the_fsync(
     run(main())
 
 
-class GatedJournal(FileJournal):
-    """Wraps write(): its sync writes complete only once ``gate`` is set."""
-
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory)
-        self.gate = asyncio.Event()
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    def write(self, ops: Sequence[Op], sync: bool) -> asyncio.Future[None] | None:
-        done = super().write(ops, sync)
-        if done is None:
-            return None
-        late: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-        async def release() -> None:
-            await done
-            await self.gate.wait()
-            late.set_result(None)
-
-        t = asyncio.get_running_loop().create_task(release())
-        self.tasks.add(t)
-        return late
-
-
-def test_write_into_goes_through_a_subclass_that_wraps_write(tmp_path: Path, run) -> None:
+def test_a_journal_without_write_into_is_followed_through_write(tmp_path: Path, run) -> None:
     async def main() -> None:
         j = GatedJournal(tmp_path)
         j.open()

@@ -6,55 +6,18 @@ the test opens the gate, which is what a slow disk looks like to the engine."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from pathlib import Path
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from gatedjournal import GatedJournal
 
 from waystation.config.listeners import HttpAcceptor
 from waystation.core.engine import Engine, EngineConfig
-from waystation.core.store.api import Op
 from waystation.core.store.journal import FileJournal
 from waystation.gateway.http import rest
 from waystation.gateway.http.server import HttpContext
 from waystation.gateway.stomp.session import StompOptions
 from waystation.wire.stomp import Limits
-
-
-class GatedJournal(FileJournal):
-    """A FileJournal whose sync writes (and flushes) resolve only once ``gate`` is set."""
-
-    def __init__(self, directory: Path) -> None:
-        super().__init__(directory)
-        self.gate = asyncio.Event()
-        self.held = 0  # sync writes acknowledged late
-        self._tasks: set[asyncio.Task[None]] = set()
-
-    def write(self, ops: Sequence[Op], sync: bool) -> asyncio.Future[None] | None:
-        done = super().write(ops, sync)
-        if done is None:
-            return None
-        late: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.held += 1
-
-        async def release() -> None:
-            try:
-                await done
-            except Exception as e:
-                late.set_exception(e)
-                return
-            await self.gate.wait()
-            late.set_result(None)
-
-        task = asyncio.get_running_loop().create_task(release())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return late
-
-    async def flush(self) -> None:
-        await super().flush()
-        await self.gate.wait()
 
 
 async def _pending(aw: asyncio.Future[web.StreamResponse] | asyncio.Task[object]) -> bool:
