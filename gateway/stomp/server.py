@@ -17,25 +17,25 @@ def refusal_frame(why: str) -> bytes:
     )
 
 
-class StompServer(StreamServer):
-    def __init__(
-        self,
-        engine: Engine,
-        host: str,
-        port: int,
-        options: StompOptions,
-        tls: ssl.SSLContext | None = None,
-        limits: ListenerLimits | None = None,
-    ) -> None:
-        super().__init__(
-            "stomp",
-            lambda link: StompSession(engine, link, options),
-            host,
-            port,
-            tls,
-            limits,
-            refusal_frame,
-        )
+def stomp_server(
+    engine: Engine,
+    host: str,
+    port: int,
+    options: StompOptions,
+    tls: ssl.SSLContext | None = None,
+    limits: ListenerLimits | None = None,
+) -> StreamServer:
+    """A STOMP listener (a function, not a subclass: the compiled build's StreamServer
+    cannot be subclassed from Python)."""
+    return StreamServer(
+        "stomp",
+        lambda link: StompSession(engine, link, options),
+        host,
+        port,
+        tls,
+        limits,
+        refusal_frame,
+    )
 
 
-__all__ = ["ListenerLimits", "StompServer", "refusal_frame"]
+__all__ = ["ListenerLimits", "refusal_frame", "stomp_server"]

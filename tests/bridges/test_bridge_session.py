@@ -24,15 +24,16 @@ from waystation.core.message import Message
 from waystation.core.queue import MULTICAST
 from waystation.core.session import Session
 from waystation.core.settings import AddressSettings
-from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.server import stomp_server
 from waystation.gateway.stomp.session import StompOptions
+from waystation.gateway.stream import StreamServer
 from waystation.wire.stomp import Limits
 
 pytestmark = pytest.mark.timeout(60)
 
 
 class Sites:
-    def __init__(self, a: Engine, b: Engine, server: StompServer, events: RecordingSink) -> None:
+    def __init__(self, a: Engine, b: Engine, server: StreamServer, events: RecordingSink) -> None:
         self.a, self.b, self.server, self.events = a, b, server, events
         self.stoppers: list[Callable[[], object]] = []
 
@@ -89,7 +90,7 @@ async def sites(
     b = Engine(EngineConfig(node_name="site-b"))
     await a.start()
     await b.start()
-    server = StompServer(b, "127.0.0.1", 0, StompOptions(Limits()))
+    server = stomp_server(b, "127.0.0.1", 0, StompOptions(Limits()))
     await server.start()
     s = Sites(a, b, server, events)
     try:

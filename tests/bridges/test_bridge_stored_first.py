@@ -17,7 +17,7 @@ from test_core_bridge import Pair, until
 from waystation.bridges.dial import Target
 from waystation.core.engine import Engine, EngineConfig
 from waystation.core.store.api import Op, Recovered, RecoveryReport
-from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.server import stomp_server
 from waystation.gateway.stomp.session import StompOptions
 from waystation.wire.stomp import Limits
 
@@ -77,7 +77,7 @@ def test_a_message_crosses_only_once_it_is_stored_here(run) -> None:  # noqa: AN
         b = Engine(EngineConfig(node_name="site-b"))
         await a.start()
         await b.start()
-        server = StompServer(b, "127.0.0.1", 0, StompOptions(Limits()))
+        server = stomp_server(b, "127.0.0.1", 0, StompOptions(Limits()))
         await server.start()
         p = Pair(a, b, server)
         try:

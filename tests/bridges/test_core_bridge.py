@@ -29,8 +29,9 @@ from waystation.core.reasons import (
     REMOTE_REJECTED,
 )
 from waystation.core.settings import AddressSettings
-from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.server import stomp_server
 from waystation.gateway.stomp.session import StompOptions
+from waystation.gateway.stream import StreamServer
 from waystation.wire.stomp import Limits
 
 pytestmark = pytest.mark.timeout(60)
@@ -112,7 +113,7 @@ routing_timeout = "1m"
 
 # -- an in-process pair of sites ----------------------------------------------------------------
 class Pair:
-    def __init__(self, a: Engine, b: Engine, server: StompServer) -> None:
+    def __init__(self, a: Engine, b: Engine, server: StreamServer) -> None:
         self.a = a
         self.b = b
         self.server = server
@@ -158,7 +159,7 @@ async def pair(limits: Limits | None = None) -> AsyncIterator[Pair]:
     b = Engine(EngineConfig(node_name="site-b"))
     await a.start()
     await b.start()
-    server = StompServer(b, "127.0.0.1", 0, StompOptions(limits or Limits()))
+    server = stomp_server(b, "127.0.0.1", 0, StompOptions(limits or Limits()))
     await server.start()
     p = Pair(a, b, server)
     try:

@@ -19,8 +19,9 @@ from waystation.bridges.spec import BridgeSpec
 from waystation.core.engine import Engine, EngineConfig
 from waystation.core.message import Message
 from waystation.core.settings import AddressSettings, FullPolicy
-from waystation.gateway.stomp.server import StompServer
+from waystation.gateway.stomp.server import stomp_server
 from waystation.gateway.stomp.session import StompOptions
+from waystation.gateway.stream import StreamServer
 from waystation.wire.stomp import Limits
 
 pytestmark = pytest.mark.timeout(60)
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.timeout(60)
 class Dial:
     """The hub (accepting site-a) and site-a (dialling the hub, both ways)."""
 
-    def __init__(self, a: Engine, hub: Engine, server: StompServer) -> None:
+    def __init__(self, a: Engine, hub: Engine, server: StreamServer) -> None:
         self.a = a
         self.hub = hub
         self.server = server
@@ -101,7 +102,7 @@ async def dial_pair() -> AsyncIterator[Dial]:
     hub = Engine(EngineConfig(node_name="hub", remote_nodes={"site-a"}))
     await a.start()
     await hub.start()
-    server = StompServer(hub, "127.0.0.1", 0, StompOptions(Limits()))
+    server = stomp_server(hub, "127.0.0.1", 0, StompOptions(Limits()))
     await server.start()
     d = Dial(a, hub, server)
     try:
