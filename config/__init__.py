@@ -9,10 +9,14 @@
 
 from __future__ import annotations
 
-from waystation.config.errors import ConfigError
-from waystation.config.loader import default_config, load_config, parse_config
-from waystation.config.passwords import hash_password, verify_password
-from waystation.config.schema import Config
+from waystation.config import pydantic_plugins
+
+pydantic_plugins.install()  # before the first model below is built: see its docstring
+
+from waystation.config.errors import ConfigError  # noqa: E402
+from waystation.config.loader import default_config, load_config, parse_config  # noqa: E402
+from waystation.config.passwords import hash_password, verify_password  # noqa: E402
+from waystation.config.schema import Config  # noqa: E402
 
 __all__ = [
     "Config",

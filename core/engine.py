@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import shutil
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -160,8 +159,11 @@ class Engine:
         for problem in state.report.corrupt:
             log.error("store recovery: %s", problem)
         self.ids.raise_floor(state.max_id)
-        if cfg.data_dir is not None:  # spills are rebuilt from the journal, never reloaded
-            shutil.rmtree(cfg.data_dir / "paging", ignore_errors=True)
+        paging = None if cfg.data_dir is None else cfg.data_dir / "paging"
+        if paging is not None and paging.exists():  # spills are rebuilt from the journal
+            import shutil  # here: with bz2 and lzma, 1 MB an idle node need not hold
+
+            shutil.rmtree(paging, ignore_errors=True)
         post = self._post = PostOffice(
             cfg.node_name,
             self.settings,

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +161,14 @@ class PostOffice:
             base = self.data_dir / "paging"
         else:
             if self._tmp_dir is None:
+                import tempfile  # here: it brings shutil, bz2 and lzma (1 MB) to an idle node
+
                 self._tmp_dir = Path(tempfile.mkdtemp(prefix="waystation-paging-"))
             base = self._tmp_dir
         path = base / f"q{queue.id}"
         if path.exists():
+            import shutil
+
             shutil.rmtree(path, ignore_errors=True)
         return path
 
@@ -746,6 +748,8 @@ class PostOffice:
         for q in self.queues.values():
             q.close()
         if self._tmp_dir is not None:
+            import shutil
+
             shutil.rmtree(self._tmp_dir, ignore_errors=True)
 
 

@@ -12,7 +12,6 @@ on reload as well.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from datetime import UTC, datetime
@@ -45,6 +44,8 @@ class JsonFormatter(logging.Formatter):
             out["exception"] = record.exc_text
         if record.stack_info:
             out["stack"] = record.stack_info
+        import json  # here: a node logging text need not load it
+
         return json.dumps(out, default=str, ensure_ascii=False)
 
 
