@@ -7,7 +7,7 @@ width imports ``shutil`` (with ``bz2`` and ``lzma``: 1.1 MB), and so did the eng
 post office's paging folders.  The child runs the real command, every listener on a free
 port, and once they are all bound prints the modules it imported itself: those the
 interpreter loaded before (an editable install's ``.pth`` finder, say) do not count.
-``json`` is not listed: the journal's file format needs it (core/store/files.py).
+``json`` is not listed: the HTTP listener's probes and SockJS answer in JSON.
 """
 
 from __future__ import annotations
