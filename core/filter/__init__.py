@@ -38,10 +38,28 @@ Choices beyond the JMS text, so callers are not surprised:
     costs per node, not per character of a value.
 """
 
+from typing import TYPE_CHECKING
+
 from waystation.core.filter.errors import FilterError
-from waystation.core.filter.like import MAX_LIKE_COST, MAX_LIKE_PATTERN_LENGTH
-from waystation.core.filter.parser import MAX_DEPTH
 from waystation.core.filter.selector import MAX_FILTER_LENGTH, Filter, compile_filter
+
+if TYPE_CHECKING:
+    from waystation.core.filter.like import MAX_LIKE_COST, MAX_LIKE_PATTERN_LENGTH
+    from waystation.core.filter.parser import MAX_DEPTH
+
+
+def __getattr__(name: str) -> object:
+    """The parser's limits, loaded with the parser (only when asked for: see selector.py)."""
+    if name in ("MAX_LIKE_COST", "MAX_LIKE_PATTERN_LENGTH"):
+        from waystation.core.filter import like
+
+        return getattr(like, name)
+    if name == "MAX_DEPTH":
+        from waystation.core.filter import parser
+
+        return parser.MAX_DEPTH
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_DEPTH",

@@ -1,17 +1,22 @@
-"""Compiled filters: parse once at subscribe/config time, evaluate per message for cheap."""
+"""Compiled filters: parse once at subscribe/config time, evaluate per message for cheap.
+
+The parser and evaluator are imported by the first compile: a node whose config, queues
+and clients use no selector never loads them (its idle memory, issue 16).
+"""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from waystation.core.filter.errors import FilterError
-from waystation.core.filter.evaluator import Eval, compile_node
-from waystation.core.filter.headers import message_header, no_header
-from waystation.core.filter.nodes import Node
-from waystation.core.filter.parser import parse
-from waystation.core.message import Message
+
+if TYPE_CHECKING:
+    from waystation.core.filter.evaluator import Eval
+    from waystation.core.filter.nodes import Node
+    from waystation.core.message import Message
 
 MAX_FILTER_LENGTH = 8192  # characters; anything longer is refused, not parsed
 
@@ -24,6 +29,9 @@ class Filter:
     __slots__ = ("text", "_node", "_eval", "_props_eval", "_failed")
 
     def __init__(self, text: str, node: Node) -> None:
+        from waystation.core.filter.evaluator import compile_node
+        from waystation.core.filter.headers import message_header
+
         self.text = text
         self._node = node
         self._eval: Eval = compile_node(node, message_header)
@@ -50,6 +58,9 @@ class Filter:
         """The three-valued result (None = UNKNOWN) against a plain mapping; for diagnostics."""
         f = self._props_eval
         if f is None:
+            from waystation.core.filter.evaluator import compile_node
+            from waystation.core.filter.headers import no_header
+
             f = self._props_eval = compile_node(self._node, no_header)
         result: bool | None = f(props, None)
         return result
@@ -92,6 +103,8 @@ def compile_filter(text: str | None) -> Filter | None:
 
 @lru_cache(maxsize=1024)
 def _compile_cached(text: str) -> Filter:
+    from waystation.core.filter.parser import parse
+
     try:
         node = parse(text)
     except RecursionError:  # defence in depth: the parser's own depth limit should fire first

@@ -4,7 +4,8 @@ A loaded module stays resident for the node's whole life.  These came in at star
 being used there: pydantic's plugin lookup imports ``importlib.metadata`` (with ``email``,
 ``zipfile``, ``csv``, ``tempfile``, ``shutil``, ``bz2``, ``lzma``: 2.2 MB), argparse's help
 width imports ``shutil`` (with ``bz2`` and ``lzma``: 1.1 MB), and so did the engine's and the
-post office's paging folders.  The child runs the real command, every listener on a free
+post office's paging folders; the selector parser and evaluator (0.4 MB) wait for the first
+selector.  The child runs the real command, every listener on a free
 port, and once they are all bound prints the modules it imported itself: those the
 interpreter loaded before (an editable install's ``.pth`` finder, say) do not count.
 ``json`` is not listed: the HTTP listener's probes and SockJS answer in JSON.
@@ -17,7 +18,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-UNNEEDED = ("importlib.metadata", "email", "zipfile", "csv", "tempfile", "shutil", "bz2", "lzma")
+UNNEEDED = (
+    "importlib.metadata",
+    "email",
+    "zipfile",
+    "csv",
+    "tempfile",
+    "shutil",
+    "bz2",
+    "lzma",
+    "waystation.core.filter.parser",
+    "waystation.core.filter.evaluator",
+)
 
 CHILD = r"""
 import os, runpy, socket, sys, threading, time
