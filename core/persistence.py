@@ -278,6 +278,7 @@ class Persistence:
         self._burst: list[Op] | None = None
         self._burst_fut: asyncio.Future[None] | None = None
         self._depth = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
         # settles the burst's own future when durable (FileJournal): no chained future, so
         # the acknowledgements go out one loop turn sooner
         self._write_into: Callable[[list[Op], asyncio.Future[None]], None] | None = getattr(
@@ -334,7 +335,10 @@ class Persistence:
             return None
         fut = self._burst_fut
         if fut is None:
-            fut = self._burst_fut = asyncio.get_running_loop().create_future()
+            loop = self._loop
+            if loop is None:  # kept: get_running_loop() makes a getpid() system call
+                loop = self._loop = asyncio.get_running_loop()
+            fut = self._burst_fut = loop.create_future()
         return fut
 
     def begin(self) -> None:

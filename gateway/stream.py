@@ -77,10 +77,13 @@ class StreamProtocol(asyncio.Protocol):
         self._flush_scheduled = False
         self._closing = False
         self._linger: asyncio.TimerHandle | None = None  # set once our side is half-closed
+        # kept: asyncio.get_running_loop() calls getpid(), a system call, each time
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         t = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         self.transport = t
+        self._loop = asyncio.get_running_loop()
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -145,7 +148,7 @@ class StreamProtocol(asyncio.Protocol):
             return
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            asyncio.get_running_loop().call_soon(self._flush)
+            (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
@@ -164,7 +167,7 @@ class StreamProtocol(asyncio.Protocol):
         if self._out:
             if not self._flush_scheduled:
                 self._flush_scheduled = True
-                asyncio.get_running_loop().call_soon(self._flush)
+                (self._loop or asyncio.get_running_loop()).call_soon(self._flush)
         elif self.transport is not None:
             self._end()
 
