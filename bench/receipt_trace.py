@@ -76,6 +76,17 @@ def _node(trace_path: str) -> int:
     from waystation.gateway.stomp import session
     from waystation.wire import stomp
 
+    compiled = [
+        m.__name__
+        for m in (journal, writer, stream, session, stomp)
+        if m.__file__ and not m.__file__.endswith(".py")
+    ]
+    if compiled:  # compiled callers call each other directly: the wrappers would see nothing
+        sys.exit(
+            f"receipt_trace needs the pure build ({', '.join(compiled)} compiled): "
+            "pip install -e . without WAYSTATION_COMPILE"
+        )
+
     wrap(stream.StreamProtocol, "data_received", "recv", "recv_end")
     wrap(stomp.StompParser, "feed", "parse", "parsed")
     wrap(journal.FileJournal, "write", "jw", "jw_end")

@@ -35,10 +35,14 @@ def _declared_anywhere() -> bool:
         except OSError:
             continue
         for name in names:
-            if not name.endswith((".dist-info", ".egg-info")):
+            if name.endswith((".dist-info", ".egg-info")):
+                meta = os.path.join(path, name)
+            elif name.endswith(".egg"):  # an old-style egg folder
+                meta = os.path.join(path, name, "EGG-INFO")
+            else:
                 continue
             try:
-                with open(os.path.join(path, name, "entry_points.txt"), encoding="utf-8") as f:
+                with open(os.path.join(meta, "entry_points.txt"), encoding="utf-8") as f:
                     if any(line.strip() == _GROUP for line in f):
                         return True
             except (OSError, UnicodeDecodeError):
@@ -60,14 +64,14 @@ class _Standin(types.ModuleType):
 
     _none: bool | None = None  # no distribution declares a plugin (None: not looked yet)
 
-    def get_plugins(self) -> Iterable[Any]:
+    def get_plugins(self, *args: Any, **kwargs: Any) -> Iterable[Any]:
         if os.getenv("PYDANTIC_DISABLE_PLUGINS") in ("__all__", "1", "true"):
             return ()
         if self._none is None:
             self._none = not _declared_anywhere()
         if self._none:
             return ()
-        return _real_loader().get_plugins()
+        return _real_loader().get_plugins(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         """Anything else a later pydantic may take from its loader: the real one's."""

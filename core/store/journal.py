@@ -22,7 +22,6 @@ import os
 import zlib
 from collections import deque
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 
 from waystation.core.store.api import PUT, Op, Recovered, StoreError
@@ -118,7 +117,6 @@ class FileJournal:
         self._bytes = 0
         self._compactions = 0
         self._kick_scheduled = False
-        self._wraps_write = type(self).write is not FileJournal.write
 
     # ---- Journal protocol
     def open(self) -> Recovered:
@@ -177,13 +175,8 @@ class FileJournal:
     def write_into(self, ops: Sequence[Op], fut: asyncio.Future[None]) -> None:
         """``write(ops, True)`` that settles ``fut``, the caller's own future, when the batch
         is durable: its callbacks then run one loop turn sooner than if the caller chained
-        it to a future of the journal's.  A subclass that wraps :meth:`write` is honoured:
-        its write is used and followed."""
-        if self._wraps_write:
-            done = self.write(ops, True)
-            assert done is not None
-            done.add_done_callback(partial(follow, fut))
-            return
+        it to a future of the journal's.  (A journal that wraps this one to change what
+        ``write`` does leaves ``write_into`` out: :class:`Persistence` then follows ``write``.)"""
         self._append(ops, fut)
 
     def _append(self, ops: Sequence[Op], fut: asyncio.Future[None] | None) -> None:

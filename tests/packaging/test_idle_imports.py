@@ -7,7 +7,8 @@ width imports ``shutil`` (with ``bz2`` and ``lzma``: 1.1 MB), and so did the eng
 post office's paging folders; the selector parser and evaluator (0.4 MB) wait for the first
 selector.  The child runs the real command, every listener on a free
 port, and once they are all bound prints the modules it imported itself: those the
-interpreter loaded before (an editable install's ``.pth`` finder, say) do not count.
+interpreter loaded before do not count, except the guarded ones: those are forgotten first
+(a site ``.pth`` file may load ``shutil``), so that an import of them at start is seen.
 ``json`` is not listed: the HTTP listener's probes and SockJS answer in JSON.
 """
 
@@ -33,8 +34,14 @@ UNNEEDED = (
 
 CHILD = r"""
 import os, runpy, socket, sys, threading, time
+config, guarded = sys.argv[1], sys.argv[2].split(",")
+ports = [int(p) for p in sys.argv[3:]]
+# a site .pth may have loaded some guarded modules already: forget them, so that an import
+# of ours loads them again and is seen
+for m in list(sys.modules):
+    if any(m == g or m.startswith(g + ".") for g in guarded):
+        del sys.modules[m]
 before = set(sys.modules)
-config, ports = sys.argv[1], [int(p) for p in sys.argv[2:]]
 
 def bound(port):
     with socket.socket() as s:
@@ -90,7 +97,14 @@ url = "tcp://127.0.0.1:{mqtt}"
 """
     )
     r = subprocess.run(
-        [sys.executable, "-c", CHILD, str(config), *map(str, (stomp, http, amqp, mqtt))],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            str(config),
+            ",".join(UNNEEDED),
+            *map(str, (stomp, http, amqp, mqtt)),
+        ],
         cwd=tmp_path,
         capture_output=True,
         text=True,
