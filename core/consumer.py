@@ -173,12 +173,7 @@ class Consumer:
         if ref is None:
             raise ConsumerError(f"no unacknowledged message with tag {tag} on this consumer")
         self.acked += 1
-        q = self.queue
-        if tx is None:  # ``Queue.acknowledge``, inline
-            q.messages_acked += 1
-            q.ctx.on_acked(ref)
-        else:
-            tx.add_ack(ref)
+        self.queue.acknowledge(ref, tx)
 
     def ack_cumulative(self, tag: int, tx: Transaction | None = None) -> int:
         """Acknowledge ``tag`` and every earlier message in flight; returns how many."""

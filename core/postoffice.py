@@ -183,16 +183,10 @@ class PostOffice:
             )
 
     def on_acked(self, ref: MessageRef) -> None:
-        events = self.events
-        if not ref.rid and events is None:  # not stored, no event: nothing to do
+        if not ref.rid and self.events is None:  # not stored, no event: nothing to do
             return
         ops: list[Op] = []
-        if ref.rid:  # ``ack_ops``, inline (no keyword arguments): the per-message path
-            self.persistence.unref_ops(ref.rid, ref.message, ops)
-        if events is not None:
-            emit_message(
-                events, ACKED, ref.message, ref.queue.name, delivery_count=ref.delivery_count
-            )
+        self.ack_ops(ref, ops)
         self.persistence.write(ops, False)
 
     def ack_ops(self, ref: MessageRef, ops: list[Op], tx: object = None, **extra: Any) -> None:
@@ -590,9 +584,7 @@ class PostOffice:
     def _stores(self, address: str) -> bool:
         """Whether a message to ``address`` may be stored here (unknown: an address whose
         queues are created on first use)."""
-        plan = self._plans.get(address)
-        if plan is None:
-            plan = self._plan(address)
+        plan = self._plan(address)
         return plan.durable or not plan.queues
 
     @staticmethod
@@ -611,9 +603,7 @@ class PostOffice:
         encoded: bytes | None = None,
     ) -> bool:
         address = msg.address
-        plan = self._plans.get(address)
-        if plan is None:
-            plan = self._plan(address)
+        plan = self._plan(address)
         queues = plan.queues
         if queues:
             durable = msg.durable and plan.durable  # stored in some queue here
@@ -716,8 +706,7 @@ class PostOffice:
     ) -> asyncio.Future[None] | None:
         """Route and persist one message; the future (if any) resolves once it is on disk.
         ``origin``: ``protocol`` and ``session`` of the producer, for the ``accepted`` event."""
-        if self.repo.has_size_limits():
-            self.check_full(msg.address)
+        self.check_full(msg.address)
         ops: list[Op] = []
         sync = self.route(msg, ops, routing, 0, origin)
         if not ops:
