@@ -1,7 +1,7 @@
 #!/bin/sh
 # A PyPy venv for the load clients (root: installs Debian's pypy3).  bench.py's AMQP client
 # under CPython spends about 125 us of CPU per message moved, which caps its end-to-end rate
-# near 8,000 msg/s whatever the broker; under PyPy the same code costs about half.
+# near 8,000 msg/s whatever the broker; under PyPy the same code costs a half to two thirds of that.
 #
 #   bench/pypy_client.sh [VENV]            # default /tmp/pypy-venv
 #   python bench/protocol_bench.py --protocol amqp --targets waystation,rabbitmq \

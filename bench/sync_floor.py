@@ -37,7 +37,7 @@ from stomp_bench import (  # noqa: E402
     PEERS_PYTHON,
     WaystationBroker,
     cpu_s,
-    port_open,
+    wait_port,
 )
 
 BODY = b"x" * 100
@@ -180,12 +180,33 @@ def measure(a: argparse.Namespace, port: int, pid: int) -> dict[str, float]:
     }
 
 
-def wait_ready(port: int, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 30
-    while not port_open(port, 0.2):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"server on port {port} did not start")
-        time.sleep(0.02)
+def measure_all(a: argparse.Namespace, work: Path) -> dict[str, dict[str, float]]:
+    """The disk alone, then the floor server, then a Waystation node, files in ``work``."""
+    rows = {"disk": disk(work / "disk.dat", a.n)}
+    port = free_port()
+    cmd = [sys.executable, __file__, "_serve", str(port), str(work / "floor.dat")]
+    floor = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+    try:
+        if wait_port(port, 30, floor.pid) is None:
+            raise RuntimeError(f"the floor server did not start on port {port}")
+        rows["floor"] = measure(a, port, floor.pid)
+    finally:
+        floor.terminate()
+        floor.wait()
+    port = free_port()
+    config = work / "node.toml"
+    config.write_text(
+        f'[acceptors.stomp]\nurl = "tcp://{HOST}:{port}"\n[acceptors.http]\nurl = "http://{HOST}:0"\n'
+        "[acceptors.amqp]\nenabled = false\n[acceptors.mqtt]\nenabled = false\n"
+    )
+    node = WaystationBroker(str(config), port, 60, False, a.waystation_python)
+    node.start()
+    try:
+        assert node.pid is not None
+        rows["waystation"] = measure(a, port, node.pid)
+    finally:
+        node.stop()
+    return rows
 
 
 def main() -> int:
@@ -208,29 +229,10 @@ def main() -> int:
     a = p.parse_args()
     a.bench_dir = a.bench_dir.resolve()
     work = Path(tempfile.mkdtemp(prefix="sync-floor-", dir=a.dir))
-    rows = {"disk": disk(work / "disk.dat", a.n)}
-    port = free_port()
-    cmd = [sys.executable, __file__, "_serve", str(port), str(work / "floor.dat")]
-    floor = subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
     try:
-        wait_ready(port, floor)
-        rows["floor"] = measure(a, port, floor.pid)
+        rows = measure_all(a, work)
     finally:
-        floor.terminate()
-        floor.wait()
-    port = free_port()
-    config = work / "node.toml"
-    config.write_text(
-        f'[acceptors.stomp]\nurl = "tcp://{HOST}:{port}"\n[acceptors.http]\nurl = "http://{HOST}:0"\n'
-        "[acceptors.amqp]\nenabled = false\n[acceptors.mqtt]\nenabled = false\n"
-    )
-    node = WaystationBroker(str(config), port, 60, False, a.waystation_python)
-    node.start()
-    try:
-        assert node.pid is not None
-        rows["waystation"] = measure(a, port, node.pid)
-    finally:
-        node.stop()
+        shutil.rmtree(work, ignore_errors=True)
     d = rows["disk"]
     print(
         f"\nfdatasync after a 176-byte append (n={a.n}): p50 {d['p50_us']} us, mean "
@@ -248,7 +250,6 @@ def main() -> int:
             f"| {name} | {r['lean']:,.0f} | {r['lean_node_us']:.0f} | {r['harness']:,.0f} | "
             f"{r['harness_client_us']:.0f} | {r['harness_node_us']:.0f} |"
         )
-    shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
