@@ -233,6 +233,7 @@ STANDARD_FIELDS = (
     "group_sequence",
     "trace_id",
 )
+_STD_SLOTS = len(STANDARD_FIELDS) - 1  # trace_id is kept apart, not in ``_std``
 
 
 class Message:
@@ -304,7 +305,7 @@ class Message:
         if s is None:
             if value is None:
                 return
-            s = self._std = [None] * len(STANDARD_FIELDS[:-1])
+            s = self._std = [None] * _STD_SLOTS
         s[index] = value
 
     @property

@@ -24,7 +24,7 @@ from waystation.core.filter import Filter, compile_filter
 from waystation.core.limits import LimitExceeded
 from waystation.core.message import Message
 from waystation.core.names import name_problem
-from waystation.core.postoffice import RoutingError
+from waystation.core.postoffice import PostOffice, RoutingError
 from waystation.core.queue import ANYCAST, MULTICAST, Queue
 from waystation.core.reasons import REJECTED
 from waystation.core.security import SYSTEM, NotAuthorized, Permission, Principal
@@ -145,6 +145,7 @@ class Session:
         self.closed = False
         self.node: str | None = None  # the node a link from another node claimed to be
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
+        self._post: PostOffice | None = None  # the engine's, once started (see _post_office)
         self.routing = False  # this session's messages are being routed (for no-local)
         self._origin: dict[str, object] = {
             "protocol": protocol,
@@ -310,18 +311,26 @@ class Session:
         self.messages_in += 1
         # ``Engine.send`` without a transaction is the post office's send: called directly,
         # compiled to compiled (mypyc), with no keyword call through the engine per message
-        engine = self.engine
-        if not engine.no_local_subscriptions:
-            return engine.post.send(msg, routing, self._origin)
+        post = self._post_office()
+        if not self.engine.no_local_subscriptions:
+            return post.send(msg, routing, self._origin)
         self.routing = True  # a no-local subscription may be asking (see _SubscriptionFilter)
         try:
-            return engine.post.send(msg, routing, self._origin)
+            return post.send(msg, routing, self._origin)
         finally:
             self.routing = False
 
     def blocked(self, address: str) -> asyncio.Future[None] | None:
         """A future while ``address`` is full under the BLOCK policy: stop reading until then."""
-        return self.engine.blocked(address)
+        return self._post_office().blocked(address)
+
+    def _post_office(self) -> PostOffice:
+        """The engine's post office, kept: the engine is interpreted Python even in the
+        compiled build, so its ``post`` property would be a Python call per message."""
+        post = self._post
+        if post is None:
+            post = self._post = self.engine.post
+        return post
 
     # -- consuming ------------------------------------------------------------------------
     def subscribe(

@@ -25,12 +25,17 @@ class Op(NamedTuple):
     data: bytes = b""
 
 
+# ``Op(...)`` runs the NamedTuple's constructor as interpreted Python even in the compiled
+# build (twice for every durable message); ``tuple.__new__`` makes the same object in C
+_new = tuple.__new__
+
+
 def put(rid: int, rtype: int, data: bytes) -> Op:
-    return Op(PUT, rid, rtype, data)
+    return _new(Op, (PUT, rid, rtype, data))
 
 
 def delete(rid: int) -> Op:
-    return Op(DELETE, rid)
+    return _new(Op, (DELETE, rid, 0, b""))
 
 
 @dataclass(frozen=True, slots=True)

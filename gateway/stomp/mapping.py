@@ -179,7 +179,10 @@ def message_from_send(
     )
     if fields is not None:
         for k, v in fields:
-            setattr(msg, FIELD_HEADERS[k], v)
+            if k == "content-type":  # the usual one: a direct call, not a setattr by name
+                msg.content_type = v
+            else:
+                setattr(msg, FIELD_HEADERS[k], v)
     dest = headers.get("destination")
     if dest == address:  # a plain name: kept, since a subscriber's form would add a prefix
         msg._ann = {DESTINATION: dest}  # (a /queue/ or /topic/ form is what it prints anyway)
