@@ -209,6 +209,13 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def free_port() -> int:
+    """A port nothing listens on now, for a server started next."""
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
 def port_open(port: int, timeout: float = 0.5) -> bool:
     """True when 127.0.0.1:port accepts a TCP connection."""
     try:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import mmap
 import os
 import resource
@@ -40,18 +39,14 @@ from stomp_bench import (  # noqa: E402
     PEERS_PYTHON,
     WaystationBroker,
     cpu_s,
+    free_port,
+    run_client,
     sync_producers,
     wait_port,
 )
 
 BODY = b"x" * 100
 TRAILER = bytes(20)  # zeros after each record, as the journal writes its end marker
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
 
 
 ZEROS = bytes(64 << 10)
@@ -200,8 +195,9 @@ def harness(a: argparse.Namespace, port: int, n: int) -> dict[str, Any]:
     cmd = [a.client_python, str(a.bench_dir / "bench.py"), "stomp", "--host", HOST]
     cmd += ["--port", str(port), "--n", str(n), "--mode", "persistent-sync"]
     cmd += ["--dest", "/queue/floor", "--login", "guest", "--passcode", "guest"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300).stdout
-    r: dict[str, Any] = json.loads(out.strip().splitlines()[0])
+    r = run_client(cmd, None, 300)
+    if "send_rate" not in r:
+        raise RuntimeError(f"bench.py failed: {r.get('error')}")
     return {"rate": r["send_rate"], "client_us": r["send_client_cpu_s"] / n * 1e6}
 
 

@@ -233,7 +233,6 @@ STANDARD_FIELDS = (
     "group_sequence",
     "trace_id",
 )
-_STD_SLOTS = len(STANDARD_FIELDS) - 1  # trace_id is kept apart, not in ``_std``
 
 
 class Message:
@@ -305,7 +304,7 @@ class Message:
         if s is None:
             if value is None:
                 return
-            s = self._std = [None] * _STD_SLOTS
+            s = self._std = [None] * len(FIELD_INDEX)
         s[index] = value
 
     @property

@@ -116,6 +116,8 @@ _KINDS: dict[str, int] = {
     k: _FIELD if k in FIELD_HEADERS else _STEER if k in _SPECIAL else _FRAMING
     for k in CONTROL_HEADERS
 }
+# SEND headers of the standard fields -> their place in ``Message._std``
+_FIELD_SLOTS = {h: FIELD_INDEX[f] for h, f in FIELD_HEADERS.items()}
 # MESSAGE headers of the standard fields, by their place in ``Message._std``
 _ID_SLOTS = tuple((FIELD_INDEX[f], h) for h, f in _TYPED_FIELDS.items())
 _STRING_SLOTS = tuple(
@@ -178,11 +180,8 @@ def message_from_send(
         msg_id, address, body, props, headers.get("persistent") == "true", DEFAULT_PRIORITY, now
     )
     if fields is not None:
-        for k, v in fields:
-            if k == "content-type":  # the usual one: a direct call, not a setattr by name
-                msg.content_type = v
-            else:
-                setattr(msg, FIELD_HEADERS[k], v)
+        for k, v in fields:  # by place: a setattr by name is a Python call per field
+            msg._set_field(_FIELD_SLOTS[k], v)
     dest = headers.get("destination")
     if dest == address:  # a plain name: kept, since a subscriber's form would add a prefix
         msg._ann = {DESTINATION: dest}  # (a /queue/ or /topic/ form is what it prints anyway)
