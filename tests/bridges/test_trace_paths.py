@@ -26,7 +26,7 @@ def test_each_message_path_is_rebuilt_by_trace_id_through_link_cuts(tmp_path):
     sites = two_sites(
         tmp_path, a_extra=EVENT_LOG, b_extra=EVENT_LOG, bridge={"confirmation_window": 50}
     )
-    sites.proxy.set_bandwidth(100_000)  # slow enough that cuts land mid-transfer
+    sites.proxy.set_bandwidth(50_000)  # slow enough that several cuts land mid-transfer
     cutter = Repeater(0.3, sites.proxy.cut)
     cutter.start()
     try:
