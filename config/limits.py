@@ -63,6 +63,33 @@ class LimitsConfig(Section):
         "retained send to an address without one is refused.",
     )
 
+    max_auto_created_per_user: int = Field(
+        default=_D.max_auto_created_per_user,
+        ge=0,
+        description="Auto-created queues and addresses one user's sends and subscriptions may "
+        "hold at once (security on); past it, that user's sends and subscriptions that would "
+        "create one are refused, other users unaffected.",
+    )
+    max_state_size_per_user: Size = Field(
+        default=size("64MiB"),
+        description="Bytes of saved client state (MQTT persistent sessions) one user may hold "
+        "over all its client ids (security on).",
+    )
+    max_saved_sessions_per_user: int = Field(
+        default=_D.max_saved_sessions_per_user,
+        ge=1,
+        description="Client ids with a saved session (MQTT clean-session 0 / session expiry) one "
+        "user may hold (security on).",
+    )
+    max_unreleased_per_client: int = Field(
+        default=_D.max_unreleased_per_client,
+        ge=1,
+        le=65535,
+        description="MQTT QoS 2 packet ids one client may have received and not yet released "
+        "(PUBREL); past it the connection is closed (MQTT 5: reason 0x93, and it is the "
+        "advertised Receive Maximum).",
+    )
+
     def engine_limits(self) -> Limits:
         return Limits(
             max_sessions_per_user=self.max_sessions_per_user,
@@ -75,4 +102,8 @@ class LimitsConfig(Section):
             max_auto_created=self.max_auto_created,
             max_state_bytes=self.max_state_size,
             max_retained=self.max_retained,
+            max_auto_created_per_user=self.max_auto_created_per_user,
+            max_state_bytes_per_user=self.max_state_size_per_user,
+            max_saved_sessions_per_user=self.max_saved_sessions_per_user,
+            max_unreleased_per_client=self.max_unreleased_per_client,
         )

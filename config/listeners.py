@@ -312,6 +312,13 @@ class TunnelConfig(Section):
     )
     max_sessions: int = _max_sessions("tunnel sessions")
     max_sessions_per_address: int = _max_sessions_per_address("tunnel sessions", "opened")
+    max_unauthenticated_sessions: int = Field(
+        default=1000,
+        ge=1,
+        description="Most tunnel sessions not logged in yet (the rest of max_sessions is "
+        "kept for logged-in ones); when full, a new one replaces the oldest of the address "
+        "holding the most, else 503.",
+    )
     connect_timeout: Duration = _connect_timeout(
         "A session whose protocol has not completed its login (STOMP CONNECT) within this "
         "is ended (0 = never); so are sessions that never send a byte."
@@ -357,8 +364,76 @@ class SockJsConfig(Section):
     )
     max_sessions: int = _max_sessions("HTTP (polling and streaming) SockJS sessions")
     max_sessions_per_address: int = _max_sessions_per_address("HTTP SockJS sessions", "created")
+    max_unauthenticated_sessions: int = Field(
+        default=1000,
+        ge=1,
+        description="Most HTTP SockJS sessions whose STOMP CONNECT has not succeeded yet "
+        "(the rest of max_sessions is kept for logged-in ones); when full, a new one "
+        "replaces the oldest of the address holding the most, else 503.",
+    )
     connect_timeout: Duration = _connect_timeout(
         "A session whose STOMP CONNECT has not completed within this is closed (0 = never)."
+    )
+
+
+class AdminConfig(Section):
+    """``[acceptors.http.admin]``: which names the admin API and console answer to (they
+    refuse any other ``Host``, and a browser request from any other ``Origin``)."""
+
+    allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="More Host names the admin API and console answer to besides the "
+        "listener's own (its address and port; localhost, 127.0.0.1 and [::1] on loopback; "
+        "the machine's host name when listening on every address): 'name' (any port) or "
+        "'name:port', e.g. a DNS alias, a load balancer's or a proxy's name.",
+    )
+    allowed_origins: list[str] = Field(
+        default_factory=list,
+        description="More browser origins ('https://ops.example.com[:port]') allowed to "
+        "call the admin API besides the listener's own (a console behind a proxy).",
+    )
+
+    @model_validator(mode="after")
+    def _names(self) -> AdminConfig:
+        problems: list[tuple[tuple[str | int, ...], str]] = []
+        for i, h in enumerate(self.allowed_hosts):
+            if not h or any(c in h for c in "/@ \t") or h.count(":") > 1 and "]" not in h:
+                problems.append((("allowed_hosts", i), f"not a host or host:port: {h!r}"))
+        for i, o in enumerate(self.allowed_origins):
+            scheme, sep, rest = o.partition("://")
+            if scheme not in ("http", "https") or not sep or not rest or "/" in rest:
+                why = f"not an origin (http[s]://host[:port], no path): {o!r}"
+                problems.append((("allowed_origins", i), why))
+        if problems:
+            raise Problems(problems)
+        return self
+
+
+class MetricsConfig(Section):
+    """``[acceptors.http.metrics]``: who may scrape ``/metrics`` and how many series it has."""
+
+    login: bool = Field(
+        default=True,
+        description="With security on, /metrics needs HTTP Basic of a user holding manage "
+        "on '#' or one of `roles` (false: open to whoever reaches the port). With security "
+        "off there are no users and it is open.",
+    )
+    roles: list[str] = Field(
+        default_factory=list,
+        description="Roles that may scrape /metrics without manage on '#' (e.g. "
+        "['monitoring'] for Prometheus's user).",
+    )
+    max_queue_series: int = Field(
+        default=500,
+        ge=0,
+        description="Queues with series of their own (the deepest first); the rest are "
+        'summed in one series labelled queue="_other".',
+    )
+    max_address_series: int = Field(
+        default=500,
+        ge=0,
+        description="Addresses with a memory series of their own (the most bytes first); "
+        'the rest are summed in address="_other".',
     )
 
 
@@ -386,6 +461,12 @@ class HttpAcceptor(AcceptorConfig):
     tunnel: TunnelConfig = Field(default_factory=TunnelConfig, description="HTTP tunnel.")
     sockjs: SockJsConfig = Field(
         default_factory=SockJsConfig, description="SockJS endpoint for browsers."
+    )
+    admin: AdminConfig = Field(
+        default_factory=AdminConfig, description="Admin API and web console."
+    )
+    metrics: MetricsConfig = Field(
+        default_factory=MetricsConfig, description="GET /metrics (Prometheus)."
     )
 
 
@@ -529,9 +610,11 @@ class AcceptorsConfig(Section):
 __all__ = [
     "AcceptorConfig",
     "AcceptorsConfig",
+    "AdminConfig",
     "AmqpAcceptor",
     "ExtraListener",
     "HttpAcceptor",
+    "MetricsConfig",
     "MqttAcceptor",
     "RestConfig",
     "SockJsConfig",

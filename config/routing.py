@@ -132,7 +132,22 @@ class AddressSettingsConfig(Section):
         default=None, description="Create addresses on first use."
     )
     auto_delete_queues: bool | None = Field(
-        default=None, description="Delete auto-created queues when unused and empty."
+        default=None,
+        description="Delete a queue a client's send or subscription auto-created once it has "
+        "had no consumer and no message for auto_delete_queues_delay (default true).",
+    )
+    auto_delete_queues_delay: Duration | None = Field(
+        default=None, description="How long such a queue stays unused before it goes (default 5s)."
+    )
+    auto_delete_addresses: bool | None = Field(
+        default=None,
+        description="Delete an address a client's send or subscription auto-created once it has "
+        "had no queue, no retained message and no divert for auto_delete_addresses_delay "
+        "(default true).",
+    )
+    auto_delete_addresses_delay: Duration | None = Field(
+        default=None,
+        description="How long such an address stays unused before it goes (default 5s).",
     )
     duplicate_cache_size: int | None = Field(
         default=None, ge=0, description="Duplicate ids remembered per address."
@@ -162,6 +177,9 @@ class AddressSettingsConfig(Section):
             auto_create_queues=self.auto_create_queues,
             auto_create_addresses=self.auto_create_addresses,
             auto_delete_queues=self.auto_delete_queues,
+            auto_delete_queues_delay_ms=ms(self.auto_delete_queues_delay),
+            auto_delete_addresses=self.auto_delete_addresses,
+            auto_delete_addresses_delay_ms=ms(self.auto_delete_addresses_delay),
             duplicate_cache_size=self.duplicate_cache_size,
         )
 

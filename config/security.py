@@ -107,7 +107,9 @@ class LoginConfig(Section):
     """``[security.login]``: how failed logins are throttled (see docs/security.md)."""
 
     free_failures: int = Field(
-        default=5, ge=1, description="Failed logins from one source address before delays start."
+        default=5,
+        ge=1,
+        description="Failed logins for one login from one source address before that pair is delayed (other logins from that address are not).",
     )
     free_failures_per_user: int = Field(
         default=10, ge=1, description="Failed logins for one login name before delays start."

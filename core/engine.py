@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from waystation.core.client_state import ClientStates
+from waystation.core.client_state import OWNER, ClientStates
 from waystation.core.consumer import Consumer, DeliveryHandler, MessageRef
 from waystation.core.divert import Divert, load_transformer
 from waystation.core.events import EventSink
@@ -187,6 +187,7 @@ class Engine:
                 max_consumers=rec.max_consumers,
                 auto_created=rec.auto_created,
                 subscriber=rec.subscriber,
+                creator=rec.creator,
                 qid=rec.rid,
                 persist=False,
             )
@@ -223,7 +224,8 @@ class Engine:
             if (old := self.retained.put(msg, rid)) != 0:
                 cleanup.append(delete(old))  # left by a replacement cut short
         for rid, scope, key, value in sorted(state.states, key=lambda r: r[0]):
-            if (old := self.client_states.put(scope, key, value, rid)) != 0:
+            size = len(self.persistence.state_op(rid, scope, key, value).data)
+            if (old := self.client_states.put(scope, key, value, rid, size)) != 0:
                 cleanup.append(delete(old))
         if cleanup:
             self.persistence.write(cleanup, False)
@@ -270,6 +272,10 @@ class Engine:
                     q.expire_scan(now)
                 except Exception:  # keep reaping the others
                     log.exception("expiry scan of %s failed", q.name)
+            try:
+                self.reap_unused()
+            except Exception:
+                log.exception("deleting unused auto-created queues and addresses failed")
 
     # -- sessions -------------------------------------------------------------------------
     def begin_burst(self) -> None:
@@ -317,10 +323,14 @@ class Engine:
                 del self._sessions_of[name]
 
     def auto_created_count(self) -> int:
-        post = self.post
-        return sum(1 for q in post.queues.values() if q.auto_created) + sum(
-            1 for a in post.addresses.values() if a.auto_created
-        )
+        """Auto-created queues and addresses on the node (``max_auto_created``)."""
+        return self.post.auto_created_total
+
+    def reap_unused(self) -> set[str]:
+        """Delete the auto-created queues and addresses unused past their delay (address
+        settings ``auto_delete_*``; an address with a retained message is in use).  Runs
+        every expiry scan period; returns the names deleted."""
+        return self.post.reap_unused(self.retained.has)
 
     # -- producing ------------------------------------------------------------------------
     def make_message(
@@ -495,26 +505,57 @@ class Engine:
             queue.dispatch()
         return n
 
-    def load_state(self, scope: str, key: str) -> Any:
+    def _state_user(self, principal: Principal | None) -> str | None:
+        """Whose ownership and quotas a client-state call is checked against (None: not
+        checked: security off, or the node itself)."""
+        if principal is None or principal is SYSTEM or not self.secured:
+            return None
+        return principal.name
+
+    def load_state(self, scope: str, key: str, principal: Principal | None = None) -> Any:
+        """A saved value (a group key ``"x/"``: its members); NotAuthorized for a scope
+        another user owns."""
+        self.client_states.check_access(scope, self._state_user(principal))
         return self.client_states.get(scope, key)
 
-    def save_state(self, scope: str, key: str, value: Any) -> asyncio.Future[None] | None:
-        persistence = self.persistence
+    def save_state(
+        self, scope: str, key: str, value: Any, principal: Principal | None = None
+    ) -> asyncio.Future[None] | None:
+        """One record per key (its size bounded, and the user's quotas checked); the first
+        save of a user into a scope records the user as its owner, in the same batch."""
+        if not key or key.endswith("/") or key.startswith("$"):
+            raise ValueError(f"state key {key!r}: a group or reserved key")
+        persistence, states = self.persistence, self.client_states
         rid = self.ids()
         op = persistence.state_op(rid, scope, key, value)  # fails here if not msgpack data
-        limit = self.limits.max_state_bytes
-        if len(op.data) > limit:
-            raise LimitExceeded(
-                "max_state_bytes", f"state {key!r} of {len(op.data)} bytes is over {limit}"
-            )
-        old = self.client_states.put(scope, key, value, rid)
-        ops = [op, delete(old)] if old else [op]
+        size, limit = len(op.data), self.limits.max_state_bytes
+        if size > limit:
+            raise LimitExceeded("max_state_bytes", f"state {key!r} of {size} bytes is over {limit}")
+        ops = [op]
+        user = self._state_user(principal)
+        if user is not None and states.admit(scope, key, size, user, self.limits):
+            orid = self.ids()
+            owner_op = persistence.state_op(orid, scope, OWNER, user)
+            states.put(scope, OWNER, user, orid, len(owner_op.data))
+            ops.append(owner_op)
+        old = states.put(scope, key, value, rid, size)
+        if old:
+            ops.append(delete(old))
         return persistence.write_bindings(ops, True)
 
-    def drop_state(self, scope: str, key: str) -> None:
-        old = self.client_states.drop(scope, key)
-        if old:
-            self.persistence.write_bindings([delete(old)], False)
+    def drop_state(
+        self, scope: str, key: str, principal: Principal | None = None
+    ) -> asyncio.Future[None] | None:
+        """Forget a key (a group key: all its members), and the owner with the last one; the
+        future resolves once that is on disk (None: nothing was there)."""
+        states = self.client_states
+        states.check_access(scope, self._state_user(principal))
+        old = states.drop(scope, key)
+        if not old:
+            return None
+        if states.only_owner(scope):
+            old += states.drop(scope, OWNER)
+        return self.persistence.write_bindings([delete(r) for r in old], True)
 
     def begin(self, tx_id: str = "") -> Transaction:
         return Transaction(tx_id or uuid.uuid4().hex)

@@ -30,6 +30,11 @@ class Limits:
     max_auto_created: int = 10000  # auto-created queues and addresses on the node
     max_state_bytes: int = 1024 * 1024  # one saved value of a client's state (MQTT session)
     max_retained: int = 100000  # retained messages on the node
+    # per-user quotas beside the node-wide ones (applied with security on, where users exist)
+    max_auto_created_per_user: int = 1000  # auto-created queues and addresses one user made
+    max_state_bytes_per_user: int = 64 * 1024 * 1024  # saved client state one user holds
+    max_saved_sessions_per_user: int = 1000  # client ids with saved state (MQTT sessions)
+    max_unreleased_per_client: int = 1000  # QoS 2 packet ids received and not yet released
 
 
 DEFAULT_LIMITS = Limits()

@@ -63,6 +63,7 @@ class QueueRecord:
     max_consumers: int = -1
     auto_created: bool = False
     subscriber: str = ""  # a durable subscription's owner ("user/client-id"); "" for others
+    creator: str = ""  # the user whose send or subscription auto-created it ("": the node)
 
     def encode(self) -> bytes:
         return _pack(
@@ -75,6 +76,7 @@ class QueueRecord:
                 self.max_consumers,
                 self.auto_created,
                 self.subscriber,
+                self.creator,
             ]
         )
 

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from waystation.core.address import is_wildcard, matches, split_remote, validate_name
+from waystation.core.address import (
+    NODE_SEPARATOR,
+    is_wildcard,
+    matches,
+    split_remote,
+    validate_name,
+)
 from waystation.core.consumer import MessageRef
 from waystation.core.divert import Divert, DivertError, find_loop
 from waystation.core.duplicates import DuplicateCache
@@ -80,12 +87,15 @@ class InvalidMessage(ValueError):
 
 
 class AddressInfo:
-    __slots__ = ("name", "routing", "auto_created")
+    __slots__ = ("name", "routing", "auto_created", "creator")
 
-    def __init__(self, name: str, routing: str, auto_created: bool = False) -> None:
+    def __init__(
+        self, name: str, routing: str, auto_created: bool = False, creator: str = ""
+    ) -> None:
         self.name = name
         self.routing = routing
         self.auto_created = auto_created
+        self.creator = creator  # the user whose send or subscription auto-created it
 
 
 class RoutePlan:
@@ -137,6 +147,18 @@ class PostOffice:
         self._dups: dict[str, DuplicateCache] = {}
         self._usages: dict[str, AddressUsage] = {}
         self._tmp_dir: Path | None = None
+        # auto-created queues and addresses (``max_auto_created``), and of them those each
+        # user's sends and subscriptions made (``max_auto_created_per_user``), kept as they
+        # come and go so a check costs nothing however many there are
+        self.auto_created_total = 0
+        self.auto_created_by: dict[str, int] = {}
+        # session id -> what admits (and names the user of) what its sends auto-create when
+        # routed (``Session.admit_auto_create``): routing itself knows no user
+        self.auto_creators: dict[str, Callable[[str, int], str]] = {}
+        # what a client auto-created and nothing uses now -> since when (loop time): the
+        # queues with no consumer, the addresses with no queue (see ``reap_unused``)
+        self._unused_queues: dict[str, float] = {}
+        self._unused_addresses: dict[str, float] = {}
 
     # -- QueueContext ---------------------------------------------------------------------
     def settings(self, address: str) -> Resolved:
@@ -147,6 +169,11 @@ class PostOffice:
         if u is None:
             u = self._usages[address] = AddressUsage(address)
         return u
+
+    def memory_bytes(self, address: str) -> int:
+        """Bytes ``address``'s messages hold in memory (a read that makes no usage entry)."""
+        u = self._usages.get(address)
+        return u.memory_bytes if u is not None else 0
 
     def memory_released(self, usage: AddressUsage) -> None:
         limit = self.settings(usage.address).max_size_bytes
@@ -295,17 +322,44 @@ class PostOffice:
         self.persistence.write(ops, False)
 
     # -- addresses and queues -------------------------------------------------------------
-    def ensure_address(self, name: str, routing: str, auto_created: bool = False) -> AddressInfo:
+    def ensure_address(
+        self, name: str, routing: str, auto_created: bool = False, creator: str = ""
+    ) -> AddressInfo:
+        """The address ``name``, made if new; ``creator``: the user whose send or
+        subscription auto-creates it (counted against that user's quota, and removed once
+        unused, see :meth:`reap_unused`)."""
         info = self.addresses.get(name)
         if info is None:
             validate_name(name)
-            info = self.addresses[name] = AddressInfo(name, routing, auto_created)
+            creator = creator if auto_created else ""
+            info = self.addresses[name] = AddressInfo(name, routing, auto_created, creator)
+            if auto_created:
+                self._count(creator, 1)
+                if creator:
+                    self._unused_addresses[name] = self.loop.time()
         return info
 
     def remove_address(self, name: str) -> None:
         """Forget ``name`` (the caller checked that no queue or divert uses it)."""
-        self.addresses.pop(name, None)
+        info = self.addresses.pop(name, None)
         self._plans.pop(name, None)
+        self._unused_addresses.pop(name, None)
+        self._divert_cache.pop(name, None)
+        usage = self._usages.get(name)
+        if usage is not None and not usage.memory_bytes and not usage.waiters:
+            del self._usages[name]
+        if info is not None and info.auto_created:
+            self._count(info.creator, -1)
+
+    def _count(self, creator: str, n: int) -> None:
+        """``n`` more (or fewer) auto-created queues and addresses, made by ``creator``."""
+        self.auto_created_total += n
+        if creator:
+            left = self.auto_created_by.get(creator, 0) + n
+            if left > 0:
+                self.auto_created_by[creator] = left
+            else:
+                self.auto_created_by.pop(creator, None)
 
     def _ensure_anycast(self, name: str) -> Queue:
         q = self.queues.get(name)
@@ -329,13 +383,17 @@ class PostOffice:
         qid: int | None = None,
         persist: bool = True,
         subscriber: str = "",
+        creator: str = "",
     ) -> Queue:
+        """``creator``: the user whose send or subscription auto-creates it (counted against
+        that user's quota; an anycast one is deleted once unused, see :meth:`reap_unused`)."""
         if name in self.queues:
             raise QueueExists(f"queue {name!r} already exists")
         validate_name(name, allow_wildcards=False)
         address = address or name
         validate_name(address)
-        self.ensure_address(address, routing, auto_created)
+        creator = creator if auto_created and not temporary else ""
+        self.ensure_address(address, routing, auto_created, creator)
         compiled = compile_filter(filter)
         durable = durable and not temporary
         q = Queue(
@@ -353,8 +411,13 @@ class PostOffice:
             auto_created=auto_created,
         )
         q.subscriber = subscriber
+        q.creator = creator
         self.queues[name] = q
         self.by_id[q.id] = q
+        if auto_created:
+            self._count(creator, 1)
+            if creator and routing == ANYCAST:
+                self._unused_queues[name] = self.loop.time()
         if self.wildcard_routing and is_wildcard(address):
             self._wild.append(q)
         else:
@@ -371,6 +434,7 @@ class PostOffice:
                 max_consumers,
                 auto_created,
                 subscriber,
+                creator,
             )
             self.persistence.write_bindings([self.persistence.queue_op(rec)], True)
         return q
@@ -390,6 +454,12 @@ class PostOffice:
             if not bound:
                 self._exact.pop(q.address, None)
         self._plans.clear()
+        if q.auto_created:
+            self._count(q.creator, -1)
+        self._unused_queues.pop(name, None)
+        info = self.addresses.get(q.address)
+        if info is not None and info.creator and not self._bound(q.address):
+            self._unused_addresses.setdefault(q.address, self.loop.time())
         for c in list(q.consumers):
             c.close()
             c.handler.consumer_closed(c, f"queue {name!r} was deleted")
@@ -404,6 +474,114 @@ class PostOffice:
 
     def bindings(self, address: str) -> list[Queue]:
         return self._plan(address).queues
+
+    def _bound(self, address: str) -> bool:
+        """Whether a queue is bound to ``address`` itself (exactly, or as its pattern)."""
+        return bool(self._exact.get(address)) or any(q.address == address for q in self._wild)
+
+    # -- auto-delete ----------------------------------------------------------------------
+    def queue_unused(self, queue: Queue) -> None:
+        """A client's auto-created queue lost its last consumer (QueueContext)."""
+        if not queue.deleted and queue.routing == ANYCAST:
+            self._unused_queues.setdefault(queue.name, self.loop.time())
+
+    def address_unused(self, name: str) -> None:
+        """Something that kept ``name`` (its retained message) went: it may be reaped."""
+        info = self.addresses.get(name)
+        if info is not None and info.creator:
+            self._unused_addresses.setdefault(name, self.loop.time())
+
+    def reap_unused(self, in_use: Callable[[str], bool]) -> set[str]:
+        """Delete what clients' sends and subscriptions auto-created and nothing has used for
+        its delay (``auto_delete_queues``, ``auto_delete_addresses`` and their delays): a queue
+        with no consumer and no message, an address with no queue bound, no divert from or to
+        it and (``in_use``, the engine's) no retained message.  Returns the names deleted.
+
+        Only candidates are looked at (made as things fall unused), so a pass costs nothing
+        while there are none.  The node's own queues (store-and-forward, dead-letter, expiry)
+        and anything created by an operator or the config are never candidates."""
+        gone: set[str] = set()
+        if not self._unused_queues and not self._unused_addresses:
+            return gone
+        now = self.loop.time()
+        kept: set[str] | None = None  # divert sources and targets, looked up once a pass
+        unused_queues = self._unused_queues
+        for name, since in list(unused_queues.items()):
+            q = self.queues.get(name)
+            if q is None or q.deleted or q.consumers:  # back when its last consumer goes
+                del unused_queues[name]
+                continue
+            s = q.settings
+            if q.depth or q.paused or not s.auto_delete_queues:
+                unused_queues[name] = now  # unused from now on at the earliest
+                continue
+            if (now - since) * 1000 < s.auto_delete_queues_delay_ms:
+                continue
+            if kept is None:
+                kept = self._divert_names()
+            if name in kept:
+                unused_queues[name] = now
+                continue
+            self.delete_queue(name)
+            gone.add(name)
+        unused_addresses = self._unused_addresses
+        wild = {q.address for q in self._wild} if self._wild else set()
+        for name, since in list(unused_addresses.items()):
+            info = self.addresses.get(name)
+            if info is None or not info.creator or self._exact.get(name) or name in wild:
+                del unused_addresses[name]  # back when its last queue goes
+                continue
+            s = self.settings(name)
+            # an anycast queue's own address goes with it (unused as long as the queue was)
+            due = name in gone or (now - since) * 1000 >= s.auto_delete_addresses_delay_ms
+            if not due:
+                continue
+            if kept is None:
+                kept = self._divert_names()
+            if not s.auto_delete_addresses or name in kept or in_use(name):
+                unused_addresses[name] = now
+                continue
+            self.remove_address(name)
+            gone.add(name)
+        if gone:
+            log.debug("auto-deleted %d unused queues and addresses", len(gone))
+        return gone
+
+    def _divert_names(self) -> set[str]:
+        """The addresses diverts watch or send to (kept however unused they look)."""
+        names: set[str] = set()
+        for d in self.diverts.values():
+            names.add(d.address)
+            node, local = split_remote(d.target)
+            names.add(local if node is None or node == self.node_name else SF_PREFIX + node)
+        return names
+
+    # -- store-and-forward ----------------------------------------------------------------
+    def next_hop(self, node: str) -> str | None:
+        """The bridged node a message for ``node`` is forwarded to, or None (dead-lettered)."""
+        hop = node if node in self.remote_nodes else self.routes.get(node)
+        return hop if hop is not None and hop in self.remote_nodes else None
+
+    def permission_targets(self, address: str) -> tuple[str, ...]:
+        """Where a message sent to ``address`` really goes, the names every permission for it
+        (send, manage) must be checked against.  A plain address: itself.  ``node::queue``
+        is never checked as written: for this node, ``queue``; for another, ``queue`` and
+        the store-and-forward queue it waits in (``sf.<next hop>``), or, with no bridge or
+        route to that node, ``sf.<node>`` and the dead-letter address it lands in instead.
+        ``address`` is a name already checked (``core.names.name_problem``)."""
+        if NODE_SEPARATOR not in address:
+            return (address,)
+        node, local = split_remote(address)
+        if node == self.node_name:
+            return (local,)
+        node = node or ""
+        hop = self.next_hop(node)
+        if hop is not None:
+            return (local, SF_PREFIX + hop)
+        dla = self.settings(address).dead_letter_address
+        if dla and dla != address and dla != local:
+            return (local, SF_PREFIX + node, dla)
+        return (local, SF_PREFIX + node)
 
     def _plan(self, address: str) -> RoutePlan:
         hit = self._plans.get(address)
@@ -440,6 +618,8 @@ class PostOffice:
                 for d in self.diverts.values()
                 if d.address == address or matches(d.address, address)
             ]
+            if len(self._divert_cache) >= 10000:  # one entry per address a message went to
+                self._divert_cache.clear()
             self._divert_cache[address] = hit
         return hit
 
@@ -542,7 +722,7 @@ class PostOffice:
         if self.events is not None and depth == 0:  # a divert's copy is "diverted" instead
             emit_message(self.events, ACCEPTED, msg, **(origin or {}))
         if not self.diverts:  # the common case: straight to the address's queues
-            sync = self._route_local(msg, ops, routing=routing, encoded=encoded)
+            sync = self._route_local(msg, ops, routing, False, encoded, origin)
             if dup is not None:
                 self._remember(dup, dup_op, address, ops)
             return sync
@@ -560,7 +740,7 @@ class PostOffice:
             if exclusive:
                 self._remember(dup, dup_op, address, ops)
                 return sync
-        sync = self._route_local(msg, ops, routing=routing, encoded=encoded) or sync
+        sync = self._route_local(msg, ops, routing, False, encoded, origin) or sync
         self._remember(dup, dup_op, address, ops)
         return sync
 
@@ -601,6 +781,7 @@ class PostOffice:
         routing: str | None = None,
         dead_letter: bool = False,
         encoded: bytes | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> bool:
         address = msg.address
         plan = self._plan(address)
@@ -608,7 +789,7 @@ class PostOffice:
         if queues:
             durable = msg.durable and plan.durable  # stored in some queue here
         else:
-            queues = self._auto_create(address, routing)
+            queues = self._auto_create(address, routing, origin)
             durable = msg.durable and any(q.durable for q in queues)
         if durable and encoded is None:
             encoded = self._encode(msg)  # dead-letter and store-and-forward copies, plain ones
@@ -651,7 +832,11 @@ class PostOffice:
         if self.events is not None:
             emit_message(self.events, ROUTED, msg, q.name)
 
-    def _auto_create(self, address: str, routing: str | None) -> list[Queue]:
+    def _auto_create(
+        self, address: str, routing: str | None, origin: dict[str, Any] | None = None
+    ) -> list[Queue]:
+        """What a message to ``address`` with no queue bound makes (address settings
+        ``auto_create_*``); ``origin``: the sending session, whose user it is made for."""
         info = self.addresses.get(address)
         kind = routing or (info.routing if info else ANYCAST)
         s = self.settings(address)
@@ -659,23 +844,38 @@ class PostOffice:
             if info is None:
                 if not s.auto_create_addresses:
                     raise RoutingError(f"address {address!r} does not exist")
-                self.ensure_address(address, MULTICAST, auto_created=True)
+                creator = self._admit(origin, address, 1)
+                self.ensure_address(address, MULTICAST, auto_created=True, creator=creator)
             return []
         if is_wildcard(address):
             return []
         if not s.auto_create_queues:
             raise RoutingError(f"queue {address!r} does not exist")
-        return [self.create_queue(address, address, ANYCAST, durable=True, auto_created=True)]
+        creator = self._admit(origin, address, 1 if info is not None else 2)
+        return [
+            self.create_queue(
+                address, address, ANYCAST, durable=True, auto_created=True, creator=creator
+            )
+        ]
+
+    def _admit(self, origin: dict[str, Any] | None, address: str, needed: int) -> str:
+        """The user a client's send auto-creates ``address`` for, once that user's and the
+        node's limits let it (LimitExceeded otherwise); "" for the node's own sends."""
+        if origin is None:
+            return ""
+        admit = self.auto_creators.get(origin.get("session", ""))
+        return admit(address, needed) if admit is not None else ""
 
     def _route_remote(self, msg: Message, node: str, address: str, ops: list[Op]) -> bool:
         """``node::address``: into the store-and-forward queue for that node, or for the next
         hop of its route, keeping the full name there so the next node routes it on."""
-        hop = node if node in self.remote_nodes else self.routes.get(node)
-        if hop is None or hop not in self.remote_nodes:
+        hop = self.next_hop(node)
+        if hop is None:
+            via = self.routes.get(node)
             why = (
                 f"no bridge to node {node!r}"
-                if hop is None
-                else f"no bridge to {hop!r} (route to {node!r})"
+                if via is None
+                else f"no bridge to {via!r} (route to {node!r})"
             )
             self.dead_letter_message(msg, UNKNOWN_NODE, why, ops)
             return msg.durable

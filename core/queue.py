@@ -70,6 +70,7 @@ class QueueContext(Protocol):
     def dead_letter(self, ref: MessageRef, reason: str, detail: str = "") -> None: ...
     def expire(self, ref: MessageRef) -> None: ...
     def spill_dir(self, queue: Queue) -> Path: ...
+    def queue_unused(self, queue: Queue) -> None: ...
 
 
 class Queue:
@@ -94,6 +95,7 @@ class Queue:
         "address",
         "auto_created",
         "consumers",
+        "creator",
         "ctx",
         "deleted",
         "durable",
@@ -143,6 +145,7 @@ class Queue:
         self.max_consumers = max_consumers
         self.owner = owner
         self.auto_created = auto_created
+        self.creator = ""  # the user whose send or subscription auto-created it ("": the node)
         self.subscriber = ""  # a durable subscription's owner, "user/client-id"
         self.settings = ctx.settings(address)
         self._paging_enabled = self._pages(self.settings)
@@ -183,6 +186,11 @@ class Queue:
         if c is None:
             c = self._dead_lettered = Counter()
         return c
+
+    @property
+    def dead_lettered_so_far(self) -> Counter[str] | None:
+        """The dead-lettered counts if any were counted (a read that makes no Counter)."""
+        return self._dead_lettered
 
     @property
     def in_flight(self) -> int:
@@ -395,6 +403,8 @@ class Queue:
         if consumer in self.consumers:
             self.consumers.remove(consumer)
             self._simple = all(x.filter is None for x in self.consumers)
+            if not self.consumers and self.creator:  # a client's auto-created queue: may go
+                self.ctx.queue_unused(self)
         for g, c in list(self._groups.items()):
             if c is consumer:
                 del self._groups[g]

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from waystation.core.address import is_wildcard
+from waystation.core.address import NODE_SEPARATOR, is_wildcard, split_remote
 from waystation.core.consumer import Consumer, ConsumerError, DeliveryHandler
 from waystation.core.filter import Filter, compile_filter
 from waystation.core.limits import LimitExceeded
@@ -145,6 +145,11 @@ class Session:
         self.closed = False
         self.node: str | None = None  # the node a link from another node claimed to be
         self._send_ok: dict[tuple[str, str | None], bool] = {}  # checked send targets
+        # the targets of each open transaction's sends (and their routing): what they
+        # auto-create is made for this user at commit, which routes without a session
+        self._tx_targets: dict[str, dict[str, str | None]] = {}
+        # who auto-creates what this session's sends and subscriptions make ("": the node)
+        self._creator = "" if principal is SYSTEM else principal.name
         self._post: PostOffice | None = None  # the engine's, once started (see _post_office)
         self.routing = False  # this session's messages are being routed (for no-local)
         self._origin: dict[str, object] = {
@@ -173,14 +178,31 @@ class Session:
 
     # -- checks and look-ups -------------------------------------------------------------
     def check(self, permission: Permission, address: str) -> None:
-        """NotAuthorized unless this session's principal holds ``permission`` there."""
-        self.engine.security.check(self.principal, permission, address)
+        """NotAuthorized unless this session's principal holds ``permission`` there; for
+        ``node::queue``, on every name it really reaches (``PostOffice.permission_targets``)."""
+        security = self.engine.security
+        if NODE_SEPARATOR not in address:
+            security.check(self.principal, permission, address)
+            return
+        for target in self._post_office().permission_targets(address):
+            if not security.allowed(self.principal, permission, target):
+                raise NotAuthorized(
+                    f"user {self.principal.name!r} may not {permission.value.replace('_', ' ')} "
+                    f"on {target!r} (where {address!r} goes)"
+                )
 
     def _check(self, permission: Permission, address: str) -> None:
         self.engine.security.check(self.principal, permission, address)
 
     def allowed(self, permission: Permission, address: str) -> bool:
-        return self.engine.security.allowed(self.principal, permission, address)
+        """Whether :meth:`check` passes."""
+        security = self.engine.security
+        if NODE_SEPARATOR not in address:
+            return security.allowed(self.principal, permission, address)
+        return all(
+            security.allowed(self.principal, permission, target)
+            for target in self._post_office().permission_targets(address)
+        )
 
     def lookup_queue(self, name: str) -> QueueInfo | None:
         q = self.engine.queue(name)
@@ -210,17 +232,27 @@ class Session:
         if why is not None:
             raise RoutingError(f"invalid name: {why}")
 
-    def _auto_create_limit(self, address: str) -> None:
-        engine, post = self.engine, self.engine.post
-        limit = engine.limits.max_auto_created
-        if (  # counted only once the node holds that many queues and addresses at all
-            len(post.queues) + len(post.addresses) >= limit and engine.auto_created_count() >= limit
-        ):
+    def _auto_create_limit(self, address: str, needed: int = 1) -> None:
+        """Refuse to auto-create ``needed`` more queues and addresses (a queue whose address
+        is new: two) past the node's ``max_auto_created`` or, security on, past this user's
+        ``max_auto_created_per_user`` (what its sends and subscriptions made and still
+        exists: unused ones are deleted, see ``PostOffice.reap_unused``)."""
+        engine, post = self.engine, self._post_office()
+        limits = engine.limits
+        if post.auto_created_total + needed > limits.max_auto_created:
             raise LimitExceeded(
                 "max_auto_created",
                 f"cannot auto-create {address!r}: the node already has "
-                f"{engine.limits.max_auto_created} auto-created queues and addresses",
+                f"{post.auto_created_total} auto-created queues and addresses",
             )
+        if self._creator and engine.security.enabled:
+            have = post.auto_created_by.get(self._creator, 0)
+            if have + needed > limits.max_auto_created_per_user:
+                raise LimitExceeded(
+                    "max_auto_created_per_user",
+                    f"cannot auto-create {address!r}: user {self._creator!r} already has "
+                    f"{have} auto-created queues and addresses in use",
+                )
 
     # -- producing ------------------------------------------------------------------------
     def claim_node(self, node: str) -> None:
@@ -254,21 +286,68 @@ class Session:
         acceptor(link)
 
     def check_send(self, address: str, routing: str | None = None) -> None:
-        """Refuse a send target now (name, permission, auto-create), so an adapter can answer
-        before it builds the message.  Results are remembered per target."""
+        """Refuse a send target now (name, permission, auto-create and its limits), so an
+        adapter can answer before it builds the message; ``node::queue`` is checked on where
+        it really goes.  Results are remembered per target.  What the send auto-creates is
+        made when it is routed, for this user (:meth:`admit_auto_create`), also when the
+        target was deleted as unused since."""
         key = (address, routing)
         if self._send_ok.get(key):
             return
         self._name(address, remote=True)
-        self._check(Permission.SEND, address)
-        engine = self.engine
-        if "::" not in address and engine.queue(address) is None:
-            resolved = routing or engine.resolve_routing(address)
-            if resolved != MULTICAST:
-                self._check(Permission.CREATE_DURABLE_QUEUE, address)
-                self._auto_create_limit(address)
+        self.check(Permission.SEND, address)
+        local = self._local_target(address)
+        if local is not None:
+            self._make_target(local, routing, make=False)
         if len(self._send_ok) < 1000:
             self._send_ok[key] = True
+
+    def admit_auto_create(self, address: str, needed: int) -> str:
+        """For the post office: routing this session's send auto-creates ``address``
+        (``needed`` queues and addresses).  LimitExceeded past this user's or the node's
+        limit; returns the user it is made for ("" for the node itself: not limited)."""
+        if self._creator:
+            self._auto_create_limit(address, needed)
+        return self._creator
+
+    def _local_target(self, address: str) -> str | None:
+        """The local address a send to ``address`` reaches; None for another node's (the
+        node's own store-and-forward queue takes it: nothing a client makes)."""
+        if NODE_SEPARATOR not in address:
+            return address
+        node, local = split_remote(address)
+        return local if node == self.engine.node_name else None
+
+    def _make_target(self, address: str, routing: str | None, *, make: bool) -> None:
+        """Check (and with ``make``, make) what routing a send to the local ``address``
+        would auto-create (the rules of ``PostOffice._auto_create``), as this user."""
+        engine, post = self.engine, self._post_office()
+        if address in post.queues:
+            return
+        resolved = routing or engine.resolve_routing(address)
+        settings = engine.settings.resolve(address)
+        if resolved != MULTICAST:
+            self._check(Permission.CREATE_DURABLE_QUEUE, address)
+            if settings.auto_create_queues and not post.bindings(address):
+                self._auto_create_limit(address, 1 if address in post.addresses else 2)
+                if not make:
+                    return
+                post.create_queue(
+                    address,
+                    address,
+                    ANYCAST,
+                    durable=True,
+                    auto_created=True,
+                    creator=self._creator,
+                )
+        elif (
+            address not in post.addresses
+            and settings.auto_create_addresses
+            and not post.bindings(address)
+        ):
+            self._auto_create_limit(address)
+            if make:
+                post.ensure_address(address, MULTICAST, auto_created=True, creator=self._creator)
 
     def send(
         self,
@@ -288,6 +367,8 @@ class Session:
                 raise SessionError("a retained message cannot be part of a transaction")
             routed = self.send(msg, routing=routing)
             kept = self.engine.retain(msg.copy(self.engine.ids()))
+            if not msg.body:  # cleared: the address may now be unused
+                self._post_office().address_unused(msg.address)
             return _both(routed, kept)
         if not self._send_ok.get((msg.address, routing)):
             self.check_send(msg.address, routing)
@@ -307,6 +388,10 @@ class Session:
             self.engine.send(msg, routing=routing, tx=t)
             t.bytes += msg.size()
             self.messages_in += 1
+            targets = self._tx_targets.get(tx)
+            if targets is None:
+                targets = self._tx_targets[tx] = {}
+            targets.setdefault(msg.address, routing)
             return None
         self.messages_in += 1
         # ``Engine.send`` without a transaction is the post office's send: called directly,
@@ -330,6 +415,7 @@ class Session:
         post = self._post
         if post is None:
             post = self._post = self.engine.post
+            post.auto_creators[self.id] = self.admit_auto_create
         return post
 
     # -- consuming ------------------------------------------------------------------------
@@ -469,16 +555,17 @@ class Session:
         return f"{self.protocol}/{self.client_id}"
 
     def load_state(self, key: str) -> Any:
-        """What :meth:`save_state` kept for this protocol and client id (None if nothing)."""
-        return self.engine.load_state(self._scope(), key)
+        """What :meth:`save_state` kept for this protocol and client id (None if nothing;
+        NotAuthorized if another user saved it, security on)."""
+        return self.engine.load_state(self._scope(), key, self.principal)
 
     def save_state(self, key: str, value: Any) -> asyncio.Future[None] | None:
         """Keep msgpack data for this client across connections and restarts; the future
-        resolves once it is on disk (bounded by ``max_state_bytes``)."""
-        return self.engine.save_state(self._scope(), key, value)
+        resolves once it is on disk (bounded by ``max_state_bytes`` and the user's quotas)."""
+        return self.engine.save_state(self._scope(), key, value, self.principal)
 
-    def drop_state(self, key: str) -> None:
-        self.engine.drop_state(self._scope(), key)
+    def drop_state(self, key: str) -> asyncio.Future[None] | None:
+        return self.engine.drop_state(self._scope(), key, self.principal)
 
     def address_of(self, consumer: Consumer) -> str:
         """The address a consumer reads (the node-chosen name of a temporary queue)."""
@@ -492,9 +579,10 @@ class Session:
             if not engine.settings.resolve(address).auto_create_queues:
                 raise RoutingError(f"queue {address!r} does not exist")
             self._check(Permission.CREATE_DURABLE_QUEUE, address)
-            self._auto_create_limit(address)
-            return engine.post.create_queue(
-                address, address, ANYCAST, durable=True, auto_created=True
+            post = self._post_office()
+            self._auto_create_limit(address, 1 if address in post.addresses else 2)
+            return post.create_queue(
+                address, address, ANYCAST, durable=True, auto_created=True, creator=self._creator
             )
         if q.routing == MULTICAST and self.principal is not SYSTEM:  # the node may drain one
             raise NotAuthorized(
@@ -529,7 +617,7 @@ class Session:
             if not engine.settings.resolve(address).auto_create_addresses:
                 raise RoutingError(f"address {address!r} does not exist")
             self._auto_create_limit(address)
-            post.ensure_address(address, MULTICAST, auto_created=True)
+            post.ensure_address(address, MULTICAST, auto_created=True, creator=self._creator)
         if not source.durable_name:
             q = post.create_queue(
                 f"tmp.{uuid.uuid4().hex}",
@@ -732,7 +820,17 @@ class Session:
         return t
 
     def commit(self, txid: str) -> asyncio.Future[None] | None:
+        """Route the transaction's sends and settle its acks, as one write.  What the sends
+        auto-create (checked at each send) is made first, for this user: refused past its
+        quota, the transaction stays open to be rolled back."""
         t = self._tx(txid)
+        targets = self._tx_targets.get(txid)
+        if targets:
+            for address, routing in targets.items():
+                local = self._local_target(address)
+                if local is not None:
+                    self._make_target(local, routing, make=True)
+        self._tx_targets.pop(txid, None)
         del self.transactions[txid]
         self.routing = True
         try:
@@ -743,6 +841,7 @@ class Session:
     def rollback(self, txid: str) -> None:
         t = self._tx(txid)
         del self.transactions[txid]
+        self._tx_targets.pop(txid, None)
         self.engine.rollback(t)
 
     # -- closing --------------------------------------------------------------------------
@@ -755,10 +854,13 @@ class Session:
         for t in self.transactions.values():
             self.engine.rollback(t)
         self.transactions.clear()
+        self._tx_targets.clear()
         for c in list(self.consumers):
             self.unsubscribe(c)
         self.engine.close_owner(self)
         self.engine.forget_session(self)
+        if self._post is not None:
+            self._post.auto_creators.pop(self.id, None)
 
 
 def _initial_credit(mode: CreditMode, credit: int | None, most: int) -> int:

@@ -12,6 +12,8 @@ from enum import StrEnum
 
 from waystation.core.address import matches, specificity
 
+MAX_CACHED = 16384  # resolved addresses kept; queues keep their own, so a clear costs little
+
 
 class FullPolicy(StrEnum):
     BLOCK = "BLOCK"
@@ -38,6 +40,9 @@ class AddressSettings:
     auto_create_queues: bool | None = None
     auto_create_addresses: bool | None = None
     auto_delete_queues: bool | None = None
+    auto_delete_queues_delay_ms: int | None = None  # unused (no consumer, empty) this long
+    auto_delete_addresses: bool | None = None
+    auto_delete_addresses_delay_ms: int | None = None  # unused (no queue, no retained) this long
     duplicate_cache_size: int | None = None
 
     def merged_over(self, other: AddressSettings) -> AddressSettings:
@@ -66,6 +71,9 @@ DEFAULTS = AddressSettings(
     auto_create_queues=True,
     auto_create_addresses=True,
     auto_delete_queues=True,
+    auto_delete_queues_delay_ms=5000,
+    auto_delete_addresses=True,
+    auto_delete_addresses_delay_ms=5000,
     duplicate_cache_size=20000,
 )
 
@@ -90,6 +98,9 @@ class Resolved:
     auto_create_queues: bool
     auto_create_addresses: bool
     auto_delete_queues: bool
+    auto_delete_queues_delay_ms: int
+    auto_delete_addresses: bool
+    auto_delete_addresses_delay_ms: int
     duplicate_cache_size: int
 
     def redelivery_delay(self, delivery_count: int) -> float:
@@ -163,6 +174,8 @@ class SettingsRepository:
         merged = merged.merged_over(self._defaults)
         values = {f.name: getattr(merged, f.name) for f in fields(merged)}
         resolved = Resolved(**values)
+        if len(self._cache) >= MAX_CACHED:  # addresses come and go (auto-create, auto-delete)
+            self._cache.clear()
         self._cache[address] = resolved
         return resolved
 

@@ -37,8 +37,10 @@ class ApiError(Exception):
 def request(args: argparse.Namespace, method: str, path: str, body: object = None) -> Any:
     """One API call; the decoded JSON answer, or ApiError with the node's message."""
     url = args.url.rstrip("/") + API + path
+    if body is None and method != "GET":
+        body = {}  # a change always goes as JSON: the node refuses any other body (CSRF)
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method)  # Host: the URL's
     if data is not None:
         req.add_header("Content-Type", "application/json")
     if args.user:
@@ -55,6 +57,19 @@ def request(args: argparse.Namespace, method: str, path: str, body: object = Non
         raise ApiError(e.code, message) from None
     except urllib.error.URLError as e:
         raise ApiError(0, f"cannot reach {args.url}: {e.reason}") from None
+
+
+def all_pages(args: argparse.Namespace, path: str, key: str) -> dict[str, Any]:
+    """Every page of a list the node answers a page at a time (``limit``, ``after``)."""
+    items: list[Any] = []
+    after: str | None = None
+    while True:
+        query = {"limit": "1000", **({"after": after} if after is not None else {})}
+        data = request(args, "GET", f"{path}?{urllib.parse.urlencode(query)}")
+        items += data.get(key, [])
+        after = data.get("next")
+        if not after:
+            return {**data, key: items, "next": None}
 
 
 # -- output -----------------------------------------------------------------------------
@@ -186,7 +201,7 @@ def _call(args: argparse.Namespace) -> tuple[Any, Any]:
     """The API call a command makes: its answer, and how to show it."""
     what = args.what
     if what == "queues":
-        return request(args, "GET", "/queues"), show_queues
+        return all_pages(args, "/queues", "queues"), show_queues
     if what == "browse":
         query = urllib.parse.urlencode(
             {k: v for k, v in (("limit", args.limit), ("offset", args.offset),

@@ -113,7 +113,14 @@ class Places:
     def refusal(self, host: str) -> str | None:
         """Why ``host`` may not take another place now (None: it may)."""
         if self.full:
-            return f"too many {self.what}{self.where} ({self.keys[0]} = {self.maximum})"
+            return self.full_text()
+        return self.host_refusal(host)
+
+    def full_text(self) -> str:
+        return f"too many {self.what}{self.where} ({self.keys[0]} = {self.maximum})"
+
+    def host_refusal(self, host: str) -> str | None:
+        """Why ``host`` may not take another place, counting its own places only."""
         if self.per_host and self.by_host[host] >= self.per_host:
             return f"too many {self.what} from your address ({self.keys[1]} = {self.per_host})"
         return None
@@ -129,6 +136,83 @@ class Places:
             self.by_host[host] = n
         else:
             del self.by_host[host]
+
+
+class Lobby:
+    """Sessions that have not logged in yet (tunnel, SockJS), at most ``maximum``.
+
+    Why: opening a session needs no login, so without this, opens that never log in fill
+    ``max_sessions`` and logged-in users get 503.  Capped apart, they leave the rest of
+    ``max_sessions`` to sessions that have logged in.  And when the lobby (or the whole
+    table) is full, a newcomer takes the place of the oldest waiting session of the address
+    that holds the most of them, if that is more than the newcomer's address holds: a flood
+    from a few addresses cannot keep anybody else from opening a session and logging in
+    (its own sessions are pushed out first), short of holding a place from ``maximum``
+    addresses.  Members are keys (session ids); finding the victim is O(1).
+    """
+
+    def __init__(self, what: str, maximum: int, key: str) -> None:
+        self.what = what  # "tunnel sessions"...
+        self.maximum = maximum
+        self.key = key  # the config key of ``maximum``
+        self.host_of: dict[str, str] = {}  # member -> its address
+        self.by_host: dict[str, dict[str, None]] = {}  # address -> members, oldest first
+        self.hosts_with: dict[int, dict[str, None]] = {}  # n -> addresses holding n members
+        self.top = 0  # the most members one address holds
+        self.pushed_out = 0
+
+    def __len__(self) -> int:
+        return len(self.host_of)
+
+    def __contains__(self, member: str) -> bool:
+        return member in self.host_of
+
+    @property
+    def full(self) -> bool:
+        return len(self.host_of) >= self.maximum
+
+    def refusal(self) -> str:
+        return f"too many {self.what} not logged in yet ({self.key} = {self.maximum})"
+
+    def victim(self, host: str) -> str | None:
+        """The member a newcomer from ``host`` may push out (None: it may push out none)."""
+        own = len(self.by_host.get(host, ()))
+        if self.top <= own:
+            return None
+        address = next(iter(self.hosts_with[self.top]))
+        return next(iter(self.by_host[address]))
+
+    def enter(self, member: str, host: str) -> None:
+        if member in self.host_of:
+            return
+        self._recount(host, +1)
+        self.by_host.setdefault(host, {})[member] = None
+        self.host_of[member] = host
+
+    def leave(self, member: str) -> None:
+        """``member`` logged in or ended (idempotent)."""
+        host = self.host_of.pop(member, None)
+        if host is None:
+            return
+        self._recount(host, -1)
+        members = self.by_host[host]
+        del members[member]
+        if not members:
+            del self.by_host[host]
+
+    def _recount(self, host: str, step: int) -> None:
+        n = len(self.by_host.get(host, ()))
+        if n:
+            hosts = self.hosts_with[n]
+            del hosts[host]
+            if not hosts:
+                del self.hosts_with[n]
+        if n + step:
+            self.hosts_with.setdefault(n + step, {})[host] = None
+        if step > 0:
+            self.top = max(self.top, n + step)
+        elif n == self.top and n not in self.hosts_with:
+            self.top = n - 1
 
 
 class Admission:
@@ -246,6 +330,7 @@ def login_policy(cfg: LoginConfig) -> LoginPolicy:
 __all__ = [
     "BUDGET",
     "Admission",
+    "Lobby",
     "Places",
     "REFUSAL_DELAY",
     "SocketBudget",

@@ -126,8 +126,11 @@ class StreamProtocol(asyncio.Protocol):
         if self._admitted and self.admission is not None:
             self._admitted = False
             self.admission.release(self.host)
-        if self.session is not None:
-            self.session.connection_lost()
+        # the session and this protocol refer to each other: dropping our side frees both
+        # (and the parser's partial packet) now, not at the next cyclic GC (gc_policy.py)
+        session, self.session = self.session, None
+        if session is not None:
+            session.connection_lost()
 
     def pause_writing(self) -> None:
         if self.session is not None:

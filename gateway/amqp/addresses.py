@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from proton import Data
+from proton import Data, Terminus
 
 from waystation.core.queue import ANYCAST, MULTICAST
+from waystation.gateway.amqp.errors import decoded
 
 QUEUE_PREFIX = "/queue/"  # the STOMP forms, so both protocols name an address alike
 TOPIC_PREFIX = "/topic/"
@@ -78,4 +79,14 @@ def filters(d: Data) -> tuple[str | None, bool, list[str]]:
     return selector, no_local, unknown
 
 
-__all__ = ["capabilities", "data_object", "filters", "parse_address"]
+def source_fields(src: Terminus) -> tuple[frozenset[str], str | None, bool, str | None]:
+    """A source terminus's (capabilities, selector, no-local, address), each read through
+    :func:`~waystation.gateway.amqp.errors.decoded`: a DecodeError naming the field when
+    the client's bytes are not UTF-8 (ASCII for symbols)."""
+    caps = decoded(lambda: capabilities(src.capabilities), "attach: source capabilities")
+    selector, no_local, _unknown = decoded(lambda: filters(src.filter), "attach: source filter")
+    address = decoded(lambda: src.address, "attach: source address")
+    return caps, selector, no_local, address
+
+
+__all__ = ["capabilities", "data_object", "filters", "parse_address", "source_fields"]

@@ -19,7 +19,7 @@ from waystation.core.message import Message, now_ms
 from waystation.core.queue import MULTICAST
 from waystation.core.session import SessionError
 from waystation.gateway.amqp import errors, pn
-from waystation.gateway.amqp.addresses import capabilities, filters, parse_address
+from waystation.gateway.amqp.addresses import parse_address, source_fields
 from waystation.gateway.amqp.links import refuse
 from waystation.gateway.amqp.mapping import encode_message
 
@@ -49,17 +49,21 @@ class Browser:
         src = link.remote_source
         session = amqp.session
         assert session is not None
-        if src.dynamic or not src.address:
+        try:
+            caps, selector, _no_local, name = source_fields(src)
+        except errors.CLIENT_ERRORS as e:  # not decodable, or a selector that is no string
+            refuse(link, errors.condition(e))
+            return None
+        if src.dynamic or not name:
             refuse(
                 link,
                 Condition(errors.INVALID_FIELD, "browsing (distribution-mode copy) needs a queue"),
             )
             return None
-        selector, _no_local, _unknown = filters(src.filter)
         try:
-            address, routing = parse_address(src.address, capabilities(src.capabilities))
+            address, routing = parse_address(name, caps)
             if routing == MULTICAST:
-                raise SessionError(f"{src.address!r} is a topic: only a queue can be browsed")
+                raise SessionError(f"{name!r} is a topic: only a queue can be browsed")
             messages = session.browse(address, selector)
         except SessionError as e:  # no such queue (or a topic)
             refuse(link, Condition(errors.NOT_FOUND, str(e)))

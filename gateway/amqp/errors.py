@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from proton import Condition
 
 from waystation.core.consumer import ConsumerError
@@ -29,6 +32,8 @@ MESSAGE_SIZE = "amqp:link:message-size-exceeded"
 TX_UNKNOWN = "amqp:transaction:unknown-id"
 TX_ROLLBACK = "amqp:transaction:rollback"
 
+T = TypeVar("T")
+
 # the exceptions a client's request can raise in the core, most specific first
 CLIENT_ERRORS = (
     FilterError,
@@ -42,6 +47,20 @@ CLIENT_ERRORS = (
     DecodeError,
     ValueError,
 )
+
+
+def decoded(read: Callable[[], T], field: str) -> T:
+    """``read()`` of a field of the client's frame that proton's binding decodes as it is
+    read (strings as UTF-8, symbols as ASCII): a DecodeError naming ``field`` (so
+    ``amqp:decode-error``) when its bytes are not that, where proton raises a bare
+    UnicodeDecodeError that would pass for the node's own bug."""
+    try:
+        return read()
+    except UnicodeDecodeError as e:
+        bad = e.object[e.start : e.start + 1].hex()
+        raise DecodeError(
+            f"{field} is not valid {e.encoding.upper()} (0x{bad} at {e.start})"
+        ) from None
 
 
 def condition(e: BaseException) -> Condition:
@@ -65,4 +84,4 @@ def condition(e: BaseException) -> Condition:
     return Condition(INTERNAL, "the node failed to process the request; see its log")
 
 
-__all__ = ["CLIENT_ERRORS", "condition"]
+__all__ = ["CLIENT_ERRORS", "condition", "decoded"]

@@ -27,7 +27,7 @@ from waystation.core.queue import MULTICAST
 from waystation.core.reasons import REJECTED
 from waystation.core.session import CreditMode, Outcome, Source
 from waystation.gateway.amqp import errors, pn
-from waystation.gateway.amqp.addresses import capabilities, filters, parse_address
+from waystation.gateway.amqp.addresses import capabilities, parse_address, source_fields
 from waystation.gateway.amqp.codec import DecodeError, descriptor_code
 from waystation.gateway.amqp.mapping import encode_message, message_from_transfer
 
@@ -125,11 +125,18 @@ class Producer:
         if target.dynamic:
             refuse(link, Condition(errors.NOT_IMPLEMENTED, "dynamic targets are not supported"))
             return None
-        name = target.address
         address: str | None = None
         routing: str | None = None
+        try:
+            name = errors.decoded(lambda: target.address, "attach: target address")
+            caps = errors.decoded(
+                lambda: capabilities(target.capabilities), "attach: target capabilities"
+            )
+        except DecodeError as e:
+            refuse(link, errors.condition(e))
+            return None
         if name:
-            address, routing = parse_address(name, capabilities(target.capabilities))
+            address, routing = parse_address(name, caps)
             try:
                 session.check_send(address, routing)
                 _exists_or_creatable(amqp, address, routing)
@@ -172,7 +179,8 @@ class Producer:
         fut: asyncio.Future[None] | None = None
         try:
             if _remote_state(d) == TRANSACTIONAL_STATE:
-                txid = self.amqp.txid_of(Delivery.wrap(d).remote.data)
+                state = errors.decoded(lambda: Delivery.wrap(d).remote.data, "transfer: state")
+                txid = self.amqp.txid_of(state)
             fut = self._send(payload, txid)
         except errors.CLIENT_ERRORS as e:
             if not settled:
@@ -373,7 +381,8 @@ class Subscriber:
         presettled = link.remote_snd_settle_mode == Link.SND_SETTLED
         s = cls(amqp, link, presettled)
         try:
-            source = s._source(src, link.name)
+            link_name = errors.decoded(lambda: link.name, "attach: name")
+            source = s._source(src, link_name)
         except errors.CLIENT_ERRORS as e:
             refuse(link, errors.condition(e))
             return None
@@ -383,7 +392,7 @@ class Subscriber:
             # a pre-settled link's deliveries are settled in the core as they are sent (at
             # most once: a dropped connection cannot redeliver them), and still use credit
             mode = CreditMode.PRESETTLED if presettled else CreditMode.CREDIT
-            s.consumer = session.subscribe(source, s, mode=mode, credit=link.credit, name=link.name)
+            s.consumer = session.subscribe(source, s, mode=mode, credit=link.credit, name=link_name)
         except errors.CLIENT_ERRORS as e:
             refuse(link, errors.condition(e))
             return None
@@ -404,15 +413,13 @@ class Subscriber:
         amqp = self.amqp
         session = amqp.session
         assert session is not None
-        caps = capabilities(src.capabilities)
-        selector, no_local, _unknown = filters(src.filter)
+        caps, selector, no_local, name = source_fields(src)
         if src.dynamic:
             return Source("", temporary=True, selector=selector)
         durable = (
             src.durability != Terminus.NONDURABLE and src.expiry_policy == Terminus.EXPIRE_NEVER
         )
         shared = "shared" in caps or "global" in caps
-        name = src.address
         if not name:  # a lookup of an existing durable subscription by the link's name
             qname = session.durable_queue_name(link_name, shared)
             info = session.lookup_queue(qname)
@@ -520,9 +527,10 @@ class Subscriber:
         session = self.amqp.session
         assert session is not None
         txid: str | None = None
+        outcome_desc: Any = None  # the outcome inside a transactional-state
         if state == TRANSACTIONAL_STATE:
-            data: Any = dlv.remote.data
             try:
+                data: Any = errors.decoded(lambda: dlv.remote.data, "disposition: state")
                 txid = self.amqp.txid_of(data)
             except errors.CLIENT_ERRORS as e:
                 log.info("AMQP %s: transactional disposition refused: %s", self.amqp.peer, e)
@@ -550,18 +558,25 @@ class Subscriber:
         # consumer, and RELEASED would hand the message straight back to this link.
         detail = ""
         if outcome is Outcome.REJECTED:
-            cond = dlv.remote.condition if txid is None else None
+            try:
+                cond = dlv.remote.condition if txid is None else None
+            except UnicodeDecodeError:  # only the dead-letter record's detail: still rejected
+                cond, detail = None, "the client's error condition is not valid UTF-8"
             if cond is not None:
                 detail = f"{cond.name}: {cond.description or ''}".strip()
         tag = self.tags.pop(d, None)
         if tag is None:
             tag = int(dlv.tag)
+        refused: Exception | None = None
         try:
             session.settle(self.consumer, tag, outcome, tx=txid, reason=REJECTED, detail=detail)
         except errors.CLIENT_ERRORS as e:
+            refused = e
             log.info("AMQP %s: disposition of %s refused: %s", self.amqp.peer, tag, e)
             if txid is not None:
                 self.amqp.fail_transaction(txid, e)
+        if txid is not None and not dlv.settled:  # the client waits for the resource's word
+            self.amqp.retired_in_transaction(dlv, txid, outcome_desc, refused)
         dlv.settle()
 
     def detach(self, closed: bool) -> None:

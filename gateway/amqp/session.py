@@ -38,6 +38,7 @@ from waystation.gateway.admission import certificate_subject
 from waystation.gateway.amqp import errors, pn
 from waystation.gateway.amqp.addresses import parse_address
 from waystation.gateway.amqp.browser import Browser
+from waystation.gateway.amqp.codec import DecodeError
 from waystation.gateway.amqp.links import Producer, Subscriber, refuse
 from waystation.gateway.amqp.sasl import (
     AMQP_HEADER,
@@ -147,6 +148,10 @@ class AmqpSession(TransactionsMixin):
             self.fail("internal error", "the node failed to process the input; see its log")
 
     def _sasl_input(self, data: bytes) -> None:
+        """SASL input.  A client may pipeline its whole opening (SASL header, sasl-init, the
+        AMQP header, ``open``, attaches, credit) in one write: what follows the sasl-init
+        waits in the SASL buffer while the login is checked and is served once it succeeds
+        (``_sasl_succeeded``); nothing of it is dropped."""
         out, init = self.sasl.feed(data)
         if out:
             self.link.write(out)
@@ -304,14 +309,14 @@ class AmqpSession(TransactionsMixin):
                 self._refuse_login(AUTH, str(e))
                 return
             self._logged_in(principal)
-            self.link.write(self.sasl.succeeded())
+            self._sasl_succeeded()
             return
         login = passcode = None
         if mechanism == "PLAIN":
             login, passcode = plain_credentials(response)
         if not self.engine.secured:
             self._logged_in(self._authenticate_now(login, passcode))
-            self.link.write(self.sasl.succeeded())
+            self._sasl_succeeded()
             return
         self._held = bytearray()
         self.link.pause_reading()
@@ -324,9 +329,11 @@ class AmqpSession(TransactionsMixin):
 
     def _authenticated(self, task: asyncio.Task[Principal]) -> None:
         held, self._held = self._held, None
+        # retrieved even when the connection is gone: asyncio logs an exception never
+        # retrieved, with its traceback, and any client can cause one per wrong password
+        e = None if task.cancelled() else task.exception()
         if self.closed:
             return
-        e = None if task.cancelled() else task.exception()
         if task.cancelled() or e is not None:
             if isinstance(e, AuthenticationError):
                 self._refuse_login(AUTH, str(e))
@@ -335,10 +342,17 @@ class AmqpSession(TransactionsMixin):
                 self._refuse_login(SYS_TEMP, "login check failed")
             return
         self._logged_in(task.result())
-        self.link.write(self.sasl.succeeded())
         self.link.resume_reading()
         if held:
-            self.data_received(bytes(held))
+            self.sasl.buf += held  # after what was read with the sasl-init
+        self._sasl_succeeded()
+
+    def _sasl_succeeded(self) -> None:
+        """Send the successful outcome, then serve what the client sent behind its sasl-init
+        without waiting for the outcome (the AMQP header, ``open`` ...)."""
+        self.link.write(self.sasl.succeeded())
+        if self.sasl.buf and not self.closed:
+            self.data_received(b"")
 
     def _refuse_login(self, code: int, why: str) -> None:
         log.info("AMQP %s: login refused: %s", self.peer, why)
@@ -353,16 +367,19 @@ class AmqpSession(TransactionsMixin):
     def _on_connection_remote_open(self, ev: Event) -> None:
         conn = self.conn
         assert self.principal is not None
-        try:
+        try:  # the open's fields are read first: nothing is opened for one not decodable
+            container = errors.decoded(lambda: conn.remote_container, "open: container-id")
+            props = errors.decoded(lambda: conn.remote_properties, "open: properties")
             self.session = self.engine.open_session(
-                self.principal, "amqp", self.peer, conn.remote_container or None
+                self.principal, "amqp", self.peer, container or None
             )
-        except LimitExceeded as e:
-            conn.condition = Condition(errors.RESOURCE_LIMIT, str(e))
+        except (LimitExceeded, DecodeError) as e:  # spec 2.4.1: open, then close with why
+            log.info("AMQP %s: open refused: %s", self.peer, e)
+            conn.container = CONTAINER_ID  # mandatory in the open that goes before the close
+            conn.condition = errors.condition(e)
             conn.open()
             conn.close()
             return
-        props = conn.remote_properties
         claimed = props.get(symbol(NODE_PROPERTY)) if isinstance(props, dict) else None
         if claimed is not None:
             try:
@@ -386,6 +403,8 @@ class AmqpSession(TransactionsMixin):
 
     def _on_session_remote_open(self, ev: Event) -> None:
         assert ev.session is not None  # a session event carries its session
+        if self.conn.state & Endpoint.LOCAL_CLOSED:
+            return  # the open was refused: nothing is begun; the close ends it all
         ev.session.open()
 
     def _on_session_remote_close(self, ev: Event) -> None:
@@ -402,6 +421,8 @@ class AmqpSession(TransactionsMixin):
     def _on_link_remote_open(self, ev: Event) -> None:
         link = ev.link
         assert link is not None  # a link event carries its link
+        if self.conn.state & Endpoint.LOCAL_CLOSED:
+            return  # the open was refused, or the node is closing: no answer after close
         if self.session is None:
             refuse(link, Condition(errors.UNAUTHORIZED, "the connection is not open"))
             return
@@ -532,9 +553,13 @@ class AmqpSession(TransactionsMixin):
         if self._tick is not None:
             self._tick.cancel()
             self._tick = None
+        self._held = None  # input held for a login still being checked
         if self.session is not None:
             self._settle_accepted()  # accepted before the connection went: not redelivered
             self.session.close()
+        # the link states refer to this session: without the map, a closed connection (and
+        # proton's buffers) is not kept in a cycle until the cyclic GC runs
+        self.links.clear()
 
 
 __all__ = ["AMQP_HEADER", "NODE_PROPERTY", "AmqpOptions", "AmqpSession", "options_from"]

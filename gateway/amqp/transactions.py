@@ -3,7 +3,9 @@
 A client attaches a sender to a ``coordinator`` target and sends ``declare`` (answered with
 the ``declared`` state carrying a node-issued id) and ``discharge`` (commit, or roll back
 with ``fail``; answered ``accepted`` once a commit is on disk).  Transfers and dispositions
-carrying ``transactional-state`` with that id join the core transaction.
+carrying ``transactional-state`` with that id join the core transaction, each answered at
+once with its ``transactional-state`` (spec 4.4.2-4.4.3): a client may wait for every
+outcome before it discharges.
 """
 
 from __future__ import annotations
@@ -63,6 +65,20 @@ class TransactionsMixin:
                 ulong(0x25), [Described(ulong(0x1D), [symbol(cond.name), cond.description])]
             )
         # proton types Disposition.data as List[int]; it is any AMQP list
+        dlv.local.data = [txid.encode(), outcome]  # type: ignore[list-item]
+        dlv.update(TRANSACTIONAL_STATE)
+
+    def retired_in_transaction(
+        self, dlv: Delivery, txid: str, outcome: Any, refused: BaseException | None
+    ) -> None:
+        """Answer a transactional disposition the client left unsettled (spec 4.4.3) with
+        the state it now has in the transaction: the client's outcome, or ``rejected`` when
+        the core refused it (the discharge will then roll back)."""
+        if refused is not None:
+            self.transactional_outcome(dlv, txid, Delivery.REJECTED, errors.condition(refused))
+            return
+        if outcome is None:
+            outcome = Described(ulong(0x24), [])  # a transactional-state without an outcome
         dlv.local.data = [txid.encode(), outcome]  # type: ignore[list-item]
         dlv.update(TRANSACTIONAL_STATE)
 

@@ -3,12 +3,14 @@ listener that mounts them (:mod:`.server`) do not import each other."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from waystation.core.engine import Engine
 from waystation.gateway.stomp.session import StompOptions
@@ -46,19 +48,30 @@ class HttpContext:
 
 
 CONTEXT = web.AppKey("context", HttpContext)
+log = logging.getLogger("waystation.http")
 
 
 async def read_body(request: web.Request, limit: int) -> bytes | None:
     """The request body, or None when it is over ``limit`` bytes (from Content-Length, or
     while a chunked body is read).  aiohttp's ``client_max_size`` is one limit for the
-    whole app; this lets each route keep its own, smaller one."""
+    whole app; this lets each route keep its own, smaller one.
+
+    A body cut short (the client went away) or malformed (chunked encoding) is the client's
+    doing, not the node's: it raises a 400, which aiohttp answers (or, with the client gone,
+    drops) without logging an error and a traceback, as it would for any other exception."""
     if request.content_length is not None and request.content_length > limit:
         return None
     body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            return None
+    try:
+        async for chunk in request.content.iter_any():
+            body += chunk
+            if len(body) > limit:
+                return None
+    except ConnectionError:
+        log.debug("HTTP %s %s: the client left during the body", request.method, request.path)
+        raise web.HTTPBadRequest(text="the request body was cut short\n") from None
+    except HttpProcessingError as e:
+        raise web.HTTPBadRequest(text=f"malformed request body: {e.message}\n") from None
     return bytes(body)
 
 

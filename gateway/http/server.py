@@ -7,6 +7,9 @@ no import cycle between the listener and what it mounts.  A node builds it throu
 :mod:`.ops.front`, on the first request that is not a probe (or at start when REST has
 stored work), and hands it connections the front accepted.
 
+A request aiohttp cannot parse is logged as one INFO line (:meth:`GuardedHandler.log_exception`),
+not as aiohttp's ERROR with a traceback, which any client could repeat at line rate.
+
 Limits at the door (see docs/security.md), which aiohttp does not have:
 
 - ``max_connections`` / ``max_connections_per_address`` and the process's socket budget
@@ -26,6 +29,7 @@ import ssl
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from aiohttp.web_protocol import RequestHandler
 
@@ -82,6 +86,17 @@ class GuardedHandler(RequestHandler):
             self.admitted = False
             self.guard.admission.release(self.host)
         super().connection_lost(exc)
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        """aiohttp logs a request it could not parse (a bad request line, header or chunk:
+        the client's bytes, answered 400) at ERROR with a traceback, so any client could
+        flood the log with them: one INFO line instead, as other protocols' refusals get.
+        Everything else (a handler's bug) is still logged with its traceback."""
+        exc = kw.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            log.info("HTTP %s: malformed request refused: %.200r", self.host, exc.message)
+            return
+        super().log_exception(*args, **kw)
 
     # -- the header deadline ---------------------------------------------------------------
     def request_started(self) -> None:

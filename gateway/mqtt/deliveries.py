@@ -75,7 +75,7 @@ class Deliveries:
         def _write(self, data: bytes) -> None: ...
         def _packet(self, packet: object) -> None: ...
         def _end(self, reason: int, text: str) -> None: ...
-        def _save_outbound(self) -> asyncio.Future[None] | None: ...
+        def _save_outbound(self, pid: int) -> asyncio.Future[None] | None: ...
 
     def deliver(self, s: Sub, d: Delivery) -> None:
         """One core delivery to subscription ``s``."""
@@ -131,14 +131,15 @@ class Deliveries:
         out = self.outbound
         prior = out.resend.pop(msg.id, None) if out.resend else None
         if prior is not None:
-            out.entries[prior] = Entry(d.consumer, d.tag, 2, SENT, msg.id)
+            out.entries[prior] = Entry(d.consumer, d.tag, 2, SENT, msg.id)  # saved as it was
             if not self._publish_out(s, msg, topic, 2, prior, dup=True):
                 self._settle_out(prior)
                 self._free(prior)
+                self._save_outbound(prior)  # over: its record goes
             return
         pid = out.add(d.consumer, d.tag, 2)
         out.entries[pid].msg_id = msg.id
-        saved = self._save_outbound()
+        saved = self._save_outbound(pid)  # one record for this packet id
         if saved is None or saved.done():
             self._publish_qos2(s, msg, topic, pid)
         else:
@@ -155,6 +156,7 @@ class Deliveries:
         if not self._publish_out(s, msg, topic, 2, pid):
             self._settle_out(pid)
             self._free(pid)
+            self._save_outbound(pid)
 
     def _publish_out(
         self, s: Sub, msg: Message, topic: str, qos: int, pid: int | None, dup: bool = False
@@ -188,7 +190,10 @@ class Deliveries:
             if self.max_out_packet and len(data) > self.max_out_packet:
                 if new_alias and aliases is not None:  # never sent: unknown to the client
                     del aliases[topic]
-                log.info("MQTT %s: a message over the client's maximum packet size is dropped")
+                log.info(
+                    "MQTT %s: a message over the client's maximum packet size is dropped",
+                    self.link.peer,
+                )
                 return False  # [MQTT-3.1.2-25]
         else:
             data = encode(Publish(topic, msg.body, qos, retain, dup, pid), MQTT_311)
@@ -271,9 +276,10 @@ class Deliveries:
             self._settle_out(pid)
             if p.reason_code >= 0x80:  # the client refused it: the exchange ends here
                 self._free(pid)
+                self._save_outbound(pid)
                 return
             e.state = RELEASED
-            self._save_outbound()
+            self._save_outbound(pid)  # the same size as before: never over a quota
         self._write(b"\x62\x02" + pid.to_bytes(2, "big"))  # PUBREL
 
     def _on_pubcomp(self, p: PubComp) -> None:
@@ -281,7 +287,7 @@ class Deliveries:
         if e is None or e.state != RELEASED:
             return
         self._free(p.packet_id)
-        self._save_outbound()
+        self._save_outbound(p.packet_id)
 
 
 __all__ = ["Deliveries"]

@@ -40,10 +40,11 @@ class Entry:
 class Outbound:
     """Packet ids in use towards the client and the deliveries waiting for quota.
 
-    A persistent session's QoS 2 deliveries are saved as ``[packet id, message id, state]``
-    before they are written: after a reconnect (or a restart) a message that comes back from
-    its queue goes out again with its old packet id and DUP set, so a client that had it
-    already recognises it [MQTT-4.3.3-10]; ids awaiting PUBCOMP get their PUBREL again."""
+    A persistent session's QoS 2 deliveries are saved, one record per packet id (``[message
+    id, state]``, see :meth:`record`), before they are written: after a reconnect (or a
+    restart) a message that comes back from its queue goes out again with its old packet id
+    and DUP set, so a client that had it already recognises it [MQTT-4.3.3-10]; ids awaiting
+    PUBCOMP get their PUBREL again."""
 
     __slots__ = ("entries", "limit", "backlog", "resend", "window_paused", "acked", "_next")
 
@@ -70,17 +71,24 @@ class Outbound:
         return pid
 
     def saved(self) -> list[list[int]]:
-        """What a persistent session keeps of its QoS 2 deliveries."""
-        out = [
-            [pid, e.msg_id, e.state]
-            for pid, e in self.entries.items()
-            if e.qos == 2 and (e.state == RELEASED or e.msg_id)
-        ]
+        """Every QoS 2 delivery a persistent session keeps, ``[packet id, message id,
+        state]`` (what its records hold, together)."""
+        out = [[pid, *rec] for pid in self.entries if (rec := self.record(pid)) is not None]
         out.extend([pid, mid, SENT] for mid, pid in self.resend.items())
         return out
 
-    def restore(self, saved: list[list[int]]) -> None:
-        for pid, msg_id, state in saved:
+    def record(self, pid: int) -> list[int] | None:
+        """What a persistent session keeps of QoS 2 delivery ``pid`` (``[message id,
+        state]``; None: nothing, it is over)."""
+        e = self.entries.get(pid)
+        if e is None or e.qos != 2 or not (e.state == RELEASED or e.msg_id):
+            return None
+        return [e.msg_id, e.state]
+
+    def restore(self, saved: dict[str, list[int]] | list[list[int]]) -> None:
+        """From the saved records (one per packet id; a list: as saved before, whole)."""
+        rows = [[int(k), *v] for k, v in saved.items()] if isinstance(saved, dict) else saved
+        for pid, msg_id, state in rows:
             if state == RELEASED:
                 self.entries[pid] = Entry(None, 0, 2, RELEASED)
             elif msg_id:
@@ -107,11 +115,10 @@ class Inbound:
         self.pending = 0  # QoS 1/2 messages not yet acknowledged (the receive quota)
         self.blocked = False  # reading paused: an address is full (BLOCK policy)
 
-    def saved(self) -> list[list[int | str]]:
-        return [[pid, dup] for pid, dup in self.dup_ids.items()]
-
-    def restore(self, saved: list[list[int | str]]) -> None:
-        for pid, dup in saved:
+    def restore(self, saved: dict[str, str] | list[list[int | str]]) -> None:
+        """From the saved records (packet id -> duplicate id; a list: as saved before)."""
+        rows = list(saved.items()) if isinstance(saved, dict) else saved
+        for pid, dup in rows:
             self.awaiting_rel[int(pid)] = None
             self.dup_ids[int(pid)] = str(dup)
 

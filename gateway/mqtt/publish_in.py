@@ -7,8 +7,12 @@ persistent session each QoS 2 message gets a duplicate id (``_WS_DUPL_ID``) that
 with its packet id *before* the message is routed; a resend of that packet id is routed
 again with the same duplicate id, so the core's duplicate detection (written in the same
 journal batch as the message) drops it if the first one got through, and routes it if the
-node died in between.  Each topic is mapped and checked once per connection; the QoS 0/1
-path is a dict lookup, the message, and the core send.
+node died in between.  Each id is saved as a record of its own (dropped at PUBREL), so the
+cost of a write does not grow with the ids held; and a client holds at most
+``max_unreleased_per_client`` ids (3.1.1: past it the connection is closed; v5: it bounds the
+receive maximum advertised, 0x93 past it).  A resend of a held id (DUP) holds no new one.
+Each topic is mapped and checked once per connection; the QoS 0/1 path is a dict lookup,
+the message, and the core send.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import struct
 import uuid
 from typing import TYPE_CHECKING
 
+from waystation.core.limits import LimitExceeded
 from waystation.core.message import DEFAULT_PRIORITY, DUPLICATE_ID, Message, now_ms
 from waystation.core.queue import MULTICAST
 from waystation.core.session import Session
@@ -69,13 +74,16 @@ class PublishIn:
     _now: int
     expiry: int
     core_id: str
+    client_id: str
+    receive_max: int  # QoS 1/2 PUBLISHes unacknowledged (v5: the advertised receive maximum)
+    max_unreleased: int  # QoS 2 packet ids held awaiting PUBREL (max_unreleased_per_client)
 
     if TYPE_CHECKING:
 
         def _write(self, data: bytes) -> None: ...
         def _packet(self, packet: object) -> None: ...
         def _end(self, reason: int, text: str) -> None: ...
-        def _save_inbound(self) -> asyncio.Future[None] | None: ...
+        def _save_inbound(self, pid: int, dup: str | None) -> asyncio.Future[None] | None: ...
 
         @property
         def inbound(self) -> Inbound: ...
@@ -94,10 +102,13 @@ class PublishIn:
             address = self._address_for(topic)
         qos = p.qos
         if qos:
+            if qos == 2 and p.packet_id in self.inbound.awaiting_rel:  # holds no new id
+                self._resent(p, address)
+                return
             if self.v5 or qos > self.options.max_qos:
                 self._quota(p)
-            if qos == 2 and p.packet_id in self.inbound.awaiting_rel:
-                self._resent(p, address)
+            if qos == 2 and len(self.inbound.awaiting_rel) >= self.max_unreleased:
+                self._unreleased_limit()
                 return
         if address.__class__ is not str:
             assert isinstance(address, Exception)
@@ -170,8 +181,16 @@ class PublishIn:
     def _quota(self, p: Publish) -> None:
         if p.qos > self.options.max_qos:
             raise ProtocolError(R.QOS_NOT_SUPPORTED, f"QoS {p.qos} is above the server's maximum")
-        if self.v5 and self.inbound.pending >= self.options.receive_maximum:
+        if self.v5 and self.inbound.pending >= self.receive_max:
             raise ProtocolError(R.RECEIVE_MAXIMUM_EXCEEDED, "[MQTT-3.3.4-7] receive maximum")
+
+    def _unreleased_limit(self) -> None:
+        """A client holding ``max_unreleased_per_client`` QoS 2 ids sent one more: each id
+        is kept (and saved, persistent sessions) until PUBREL, so this is where it stops."""
+        n = len(self.inbound.awaiting_rel)
+        why = f"{n} QoS 2 messages awaiting PUBREL (limit max_unreleased_per_client)"
+        log.warning("MQTT %s: client %r closed: %s", self.link.peer, self.client_id, why)
+        self._end(R.RECEIVE_MAXIMUM_EXCEEDED, why)
 
     def _alias(self, alias: int, topic: str) -> str:
         if not 0 < alias <= self.options.topic_alias_maximum:
@@ -188,14 +207,17 @@ class PublishIn:
 
     def _address_for(self, topic: str) -> str | Exception:
         """The address of a topic this connection had not used, checked once: the answer
-        (or the refusal) is kept for the connection's life."""
+        (or a lasting refusal, without its traceback) is kept for the connection's life; a
+        quota refusal is not kept, since the quota frees up as unused addresses go."""
         validate_topic_name(topic)
         try:
             address: str | Exception = topic_to_address(topic)
             assert self.session is not None and isinstance(address, str)
             self.session.check_send(address, MULTICAST)
+        except LimitExceeded as e:
+            return e
         except REFUSALS as e:
-            address = e
+            address = e.with_traceback(None)
         if self._addresses is NO_ENTRIES:
             self._addresses = {}
         if len(self._addresses) < 10_000:
@@ -262,11 +284,20 @@ class PublishIn:
         assert pid is not None
         inbound = self.inbound
         dup_id = f"mqtt/{self.core_id}/{uuid.uuid4().hex}"
+        try:
+            saved = self._save_inbound(pid, dup_id)
+        except LimitExceeded as e:  # the user's saved state is at its quota
+            if self.v5:
+                self._refuse_publish(p, R.QUOTA_EXCEEDED, str(e))
+            else:  # 3.1.1 has no refusal for it: the client retries after reconnecting
+                log.warning("MQTT %s: client %r closed: %s", self.link.peer, self.client_id, e)
+                self._end(R.QUOTA_EXCEEDED, str(e))
+            return
         inbound.awaiting_rel[pid] = None
         inbound.dup_ids[pid] = dup_id
         inbound.pending += 1
         msg.application_properties[DUPLICATE_ID] = dup_id
-        self._route_after(self._save_inbound(), p, msg)
+        self._route_after(saved, p, msg)
 
     def _resent(self, p: Publish, address: str | Exception) -> None:
         """A PUBLISH for a packet id awaiting PUBREL: a resend [MQTT-4.3.3-9]."""
@@ -336,7 +367,7 @@ class PublishIn:
         if inbound.dup_ids.pop(pid, None) is None:
             self._write(b"\x70\x02" + pid.to_bytes(2, "big"))
             return
-        saved = self._save_inbound()  # the id is free again only once the store says so
+        saved = self._save_inbound(pid, None)  # the id is free again once the store says so
         if saved is None or saved.done():
             self._write(b"\x70\x02" + pid.to_bytes(2, "big"))
         else:

@@ -21,7 +21,7 @@ from waystation.core.engine import Engine
 from waystation.core.limits import LimitExceeded
 from waystation.core.message import now_ms
 from waystation.core.queue import MULTICAST
-from waystation.core.security import AuthenticationError, Principal
+from waystation.core.security import AuthenticationError, NotAuthorized, Principal
 from waystation.core.session import Session
 from waystation.gateway.admission import certificate_subject
 from waystation.gateway.link import Link
@@ -32,7 +32,7 @@ from waystation.gateway.mqtt.inflight import NO_ENTRIES, Inbound, Outbound
 from waystation.gateway.mqtt.keepalive import keepalive
 from waystation.gateway.mqtt.options import MqttOptions
 from waystation.gateway.mqtt.publish_in import PublishIn
-from waystation.gateway.mqtt.registry import registry
+from waystation.gateway.mqtt.registry import Registry, registry
 from waystation.gateway.mqtt.subscriptions import Sub
 from waystation.gateway.mqtt.topics import topic_to_address
 from waystation.wire.mqtt import (
@@ -65,6 +65,8 @@ FOREVER = 0xFFFFFFFF
 _PINGRESP = b"\xd0\x00"
 # CONNECT errors a 3.1.1 CONNACK has a return code for (others just close)
 _CONNACK_311 = (R.UNSUPPORTED_PROTOCOL_VERSION, R.CLIENT_IDENTIFIER_NOT_VALID)
+# what a closed session holds instead of its parser (and the partial packet in it): never fed
+_SPENT = MqttParser()
 
 
 def core_client_id(client_id: str) -> str:
@@ -113,6 +115,8 @@ class MqttSession(PublishIn, Deliveries):
         "_assigned",
         "_resume",
         "_stateful",
+        "receive_max",
+        "max_unreleased",
         "loop",
     )
 
@@ -155,6 +159,8 @@ class MqttSession(PublishIn, Deliveries):
         self._assigned: str | None = None  # a client id the server chose
         self._resume: Sequence[Any] = ()  # saved subscriptions, attached after CONNACK
         self._stateful = False  # state was saved for this client id
+        self.max_unreleased = engine.limits.max_unreleased_per_client
+        self.receive_max = min(options.receive_maximum, self.max_unreleased)
         self.loop = asyncio.get_running_loop()
 
     @property
@@ -177,16 +183,19 @@ class MqttSession(PublishIn, Deliveries):
             try:
                 packets = self.parser.feed(data)
             except (MalformedPacket, ProtocolError) as e:
-                self._run_then_fail(e)  # what came before the bad bytes still counts
+                # the parser keeps it (and ``_held`` may): without its traceback, whose frames
+                # hold this session, it makes no reference cycle
+                self._run_then_fail(e.with_traceback(None))  # what came before still counts
                 return
             if self._held is not None:
                 self._held.extend(packets)
                 return
             self._run(packets)
         except (MalformedPacket, ProtocolError) as e:
+            e.with_traceback(None)  # it may be the parser's, held during the login
             self._protocol_error(e.reason_code, e.message)
         except Refused as e:  # a CONNECT refused: CONNACK says why
-            self._end(e.reason, e.text, connack=True)
+            self._refused(e)
         except Exception:  # a bug must not take the server down: report and close
             log.exception("MQTT session %s: internal error", self.link.peer)
             self._protocol_error(R.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
@@ -275,6 +284,10 @@ class MqttSession(PublishIn, Deliveries):
         self._cleanup(will)
         self.link.close()
 
+    def _refused(self, e: Refused) -> None:
+        log.info("MQTT %s: CONNECT of %r refused: %s", self.link.peer, self.client_id, e.text)
+        self._end(e.reason, e.text, connack=True)
+
     def fail(self, message: str, detail: str = "") -> None:
         self._end(R.IMPLEMENTATION_SPECIFIC_ERROR, f"{message}: {detail}" if detail else message)
 
@@ -295,6 +308,10 @@ class MqttSession(PublishIn, Deliveries):
         if self._ka_key:
             keepalive(self.loop).unwatch(self)
         self.outbound.backlog = None
+        # what a pending login or store write (whose callbacks hold this session) would
+        # otherwise keep: packets held for the login, a partial packet in the parser
+        self._held = None
+        self.parser = _SPENT
         session = self.session
         if session is None or not self.connected:
             if session is not None:
@@ -311,8 +328,11 @@ class MqttSession(PublishIn, Deliveries):
                 expire = subscriptions.expirer(self)
         except Exception:
             log.exception("MQTT %s: ending the session of %r", self.link.peer, self.client_id)
+        subs = list(self.subs.values())
         self.subs.clear()
         session.close()
+        for s in subs:  # consumers closed: the Sub <-> Consumer <-> session cycles go
+            s.release()
         assert self.principal is not None
         reg.left(
             self.client_id,
@@ -381,10 +401,12 @@ class MqttSession(PublishIn, Deliveries):
 
     def _authenticated(self, task: asyncio.Task[Principal], p: Connect) -> None:
         held, self._held = self._held or [], None
+        # retrieved even when the connection is gone: asyncio logs an exception never
+        # retrieved, with its traceback, and any client can cause one per wrong password
+        e = None if task.cancelled() else task.exception()
         if self.closed:
             return
-        if task.cancelled() or task.exception() is not None:
-            e = None if task.cancelled() else task.exception()
+        if task.cancelled() or e is not None:
             if not isinstance(e, AuthenticationError):
                 log.error("MQTT %s: login check failed: %r", self.link.peer, e)
             why = str(e) if e else "authentication failed"
@@ -395,9 +417,10 @@ class MqttSession(PublishIn, Deliveries):
             self._connected(p, task.result())
             self._run(held)
         except (MalformedPacket, ProtocolError) as e:
+            e.with_traceback(None)  # it may be the parser's (see data_received)
             self._protocol_error(e.reason_code, e.message)
         except Refused as e:
-            self._end(e.reason, e.text, connack=True)
+            self._refused(e)
         except Exception:
             log.exception("MQTT session %s: internal error", self.link.peer)
             self._protocol_error(R.IMPLEMENTATION_SPECIFIC_ERROR, "internal error")
@@ -411,13 +434,11 @@ class MqttSession(PublishIn, Deliveries):
         self._start_keepalive(p.keepalive, ack)  # first: a refusal takes nothing over
         reg = registry(engine)
         old = reg.live.get(cid)
+        self.core_id = core_client_id(cid)
+        self._claim(reg, old, principal)  # before anything of the client id's is touched
         if old is not None and old is not self:
-            theirs = old.principal
-            if engine.secured and theirs is not None and theirs.name != principal.name:
-                raise Refused(R.NOT_AUTHORIZED, f"client id {cid!r} is another user's")
             old.taken_over()
         reg.returning(cid, p.clean_start)
-        self.core_id = core_client_id(cid)
         props = p.properties
         if self.v5:
             asked = int(props.get("session_expiry_interval", 0))
@@ -428,15 +449,14 @@ class MqttSession(PublishIn, Deliveries):
                 ack["session_expiry_interval"] = self.expiry
         else:
             self.expiry = 0 if p.clean_start else o.session_expiry_311
-        try:
-            self.session = engine.open_session(principal, "mqtt", str(self.link.peer), self.core_id)
-        except LimitExceeded as e:
-            raise Refused(R.QUOTA_EXCEEDED if self.v5 else R.SERVER_UNAVAILABLE, str(e)) from e
         if p.will is not None:
             self._check_will(p)
         if not self.v5:
             self.outbound.limit = o.max_inflight
-        present = subscriptions.open_state(self, p.clean_start)
+        try:
+            present = subscriptions.open_state(self, p.clean_start)
+        except LimitExceeded as e:  # the user's saved sessions or state bytes (security on)
+            raise Refused(R.QUOTA_EXCEEDED if self.v5 else R.SERVER_UNAVAILABLE, str(e)) from e
         reg.live[cid] = self
         if self.v5:
             self._limits(props, ack)
@@ -449,6 +469,30 @@ class MqttSession(PublishIn, Deliveries):
             done()
         if present:
             subscriptions.resume(self)
+
+    def _claim(self, reg: Registry, old: MqttSession | None, principal: Principal) -> None:
+        """Open the core session, and refuse (security on) a client id another user holds:
+        connected, gone with a will or session pending, or with a saved session (the core
+        knows its owner).  Nothing of theirs is taken over, resumed, shown or wiped."""
+        try:
+            self.session = self.engine.open_session(
+                principal, "mqtt", str(self.link.peer), self.core_id
+            )
+        except LimitExceeded as e:
+            raise Refused(R.QUOTA_EXCEEDED if self.v5 else R.SERVER_UNAVAILABLE, str(e)) from e
+        if not self.engine.secured:
+            return
+        cid, name = self.client_id, principal.name
+        theirs = old.principal if old is not None and old is not self else None
+        gone = reg.gone.get(cid)
+        if (theirs is not None and theirs.name != name) or (
+            gone is not None and gone.principal.name != name
+        ):
+            raise Refused(R.NOT_AUTHORIZED, f"client id {cid!r} is another user's")
+        try:
+            self.session.load_state("subscriptions")
+        except NotAuthorized as e:
+            raise Refused(R.NOT_AUTHORIZED, f"client id {cid!r} is another user's") from e
 
     def _check_will(self, p: Connect) -> None:
         will = p.will
@@ -472,7 +516,7 @@ class MqttSession(PublishIn, Deliveries):
             self.out_aliases = int(props.get("topic_alias_maximum", 0))
             if self.out_aliases:
                 self._alias_of = {}
-        ack["receive_maximum"] = o.receive_maximum
+        ack["receive_maximum"] = self.receive_max  # <= max_unreleased_per_client
         ack["maximum_packet_size"] = o.max_packet_size
         ack["topic_alias_maximum"] = o.topic_alias_maximum
         if o.max_qos < 2:
@@ -496,11 +540,16 @@ class MqttSession(PublishIn, Deliveries):
         log.info("MQTT %s: keep-alive timeout", self.link.peer)
         self._end(R.KEEP_ALIVE_TIMEOUT, "no packet within 1.5 x keep-alive")
 
-    def _save_inbound(self) -> asyncio.Future[None] | None:
-        return subscriptions.save_inbound(self)
+    def _save_inbound(self, pid: int, dup: str | None) -> asyncio.Future[None] | None:
+        return subscriptions.save_inbound(self, pid, dup)
 
-    def _save_outbound(self) -> asyncio.Future[None] | None:
-        return subscriptions.save_outbound(self)
+    def _save_outbound(self, pid: int) -> asyncio.Future[None] | None:
+        try:
+            return subscriptions.save_outbound(self, pid)
+        except LimitExceeded as e:  # the delivery cannot be saved: it goes back to its queue
+            log.warning("MQTT %s: client %r closed: %s", self.link.peer, self.client_id, e)
+            self._end(R.QUOTA_EXCEEDED, str(e))
+            return None
 
     # -- the rest ------------------------------------------------------------------------------
     def _on_subscribe(self, p: Subscribe) -> None:

@@ -9,9 +9,15 @@ and no saved session holds it (``shared.py``).
 
 A persistent session's state is saved with the core session (survives node restarts):
 ``subscriptions`` (a list of ``[filter, qos, no_local, retain_as_published, retain_handling,
-subscription_id]``), ``qos2_in`` (``[packet id, duplicate id]`` of QoS 2 messages awaiting
-PUBREL, see ``publish_in.py``) and
-``qos2_out`` (QoS 2 deliveries: ``[packet id, message id, state]``, see ``inflight.py``).
+subscription_id]``), ``qos2_in/<packet id>`` (the duplicate id of a QoS 2 message awaiting
+PUBREL, see ``publish_in.py``) and ``qos2_out/<packet id>`` (a QoS 2 delivery: ``[message id,
+state]``, see ``inflight.py``).  The QoS 2 ids are one key each, so one more id writes one
+small record, never the whole set again; PUBREL / PUBCOMP drop the key.  (A session saved
+before kept them as one list under ``qos2_in`` / ``qos2_out``: read, then rewritten per key.)
+
+With security on the saved session belongs to the user who made it (the core records the
+owner): another user's CONNECT with that client id is refused before it can see, resume or
+wipe it (``session.py``), and each user's saved sessions count against its quotas.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from waystation.core.queue import MULTICAST
 from waystation.core.security import SYSTEM, NotAuthorized, Permission, Principal
 from waystation.core.session import CreditMode, SessionError, Source
 from waystation.gateway.mqtt import shared
+from waystation.gateway.mqtt.inflight import SENT
 from waystation.gateway.mqtt.registry import registry
 from waystation.gateway.mqtt.topics import (
     TopicError,
@@ -56,7 +63,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("waystation.mqtt")
 R = ReasonCode
 NEVER = 0xFFFFFFFF  # a session expiry interval that does not expire
-STATE_KEYS = ("subscriptions", "qos2_in", "qos2_out", "expires")
+# what a saved session holds ("x/": one key per packet id; "qos2_in" and "qos2_out": as saved
+# before, one list each)
+STATE_KEYS = ("subscriptions", "qos2_in/", "qos2_out/", "qos2_in", "qos2_out", "expires")
 
 
 class Sub:
@@ -119,6 +128,14 @@ class Sub:
         if ms is not None and not ms.closed and ms.subs.get(self.filter) is self:
             log.info("MQTT %s: subscription %r closed: %s", ms.link.peer, self.filter, reason)
             del ms.subs[self.filter]
+        self.session = None  # no deliveries come any more (see release)
+
+    def release(self) -> None:
+        """Forget the consumer and the session once the consumer is closed: the consumer
+        holds this as its handler, and the cycle would keep the connection (its buffers,
+        its queue) in memory until the cyclic GC runs (``gateway/gc_policy.py``)."""
+        self.consumer = None
+        self.session = None
 
     def record(self) -> list[Any]:
         return [
@@ -146,11 +163,15 @@ def subscribe(ms: MqttSession, p: Subscribe) -> None:
     sub_id = int(p.properties.get("subscription_identifier", 0)) if ms.v5 else 0
     codes: list[int] = []
     retained: list[Sub] = []
+    fresh: list[int] = []  # the requests that added a filter (undone if the state is refused)
     ms._hold_out = []
     try:
         for req in p.subscriptions:
             try:
+                new = req.filter not in ms.subs
                 codes.append(_one(ms, req, sub_id, retained))
+                if new:
+                    fresh.append(len(codes) - 1)
             except (
                 NotAuthorized,
                 LimitExceeded,
@@ -167,15 +188,39 @@ def subscribe(ms: MqttSession, p: Subscribe) -> None:
         held, ms._hold_out = ms._hold_out, None
     if ms.closed:
         return
+    try:
+        save_subscriptions(ms)
+    except LimitExceeded as e:  # the user's saved state is at its quota: the new ones go
+        _undo(ms, p, fresh, codes, retained, e)
     ms._packet(SubAck(p.packet_id, codes))
     for data in held or ():
         ms.link.write(data)
-    save_subscriptions(ms)
     session = ms.session
     assert session is not None
     for s in retained:  # copies into the subscription's queue, delivered like the rest
         if not s.closed and s.consumer is not None:
             session.send_retained(s.consumer)
+
+
+def _undo(
+    ms: MqttSession,
+    p: Subscribe,
+    fresh: list[int],
+    codes: list[int],
+    retained: list[Sub],
+    e: LimitExceeded,
+) -> None:
+    """The saved subscriptions could not grow: the filters this SUBSCRIBE added are removed
+    again and answered QUOTA_EXCEEDED (3.1.1: failure), so what is saved stays true."""
+    log.info("MQTT %s: SUBSCRIBE refused: %s", ms.link.peer, e)
+    for i in fresh:
+        s = ms.subs.pop(p.subscriptions[i].filter, None)
+        if s is not None:
+            _detach(ms, s, delete=True)
+            if s in retained:
+                retained.remove(s)
+        codes[i] = R.QUOTA_EXCEEDED if ms.v5 else 0x80
+    save_subscriptions(ms)  # no bigger than what was saved before
 
 
 class _Refused(Exception):
@@ -224,6 +269,7 @@ def _one(ms: MqttSession, req: Any, sub_id: int, retained: list[Sub]) -> int:
         old.closed = True
         assert ms.session is not None and old.consumer is not None
         ms.session.unsubscribe(old.consumer)
+        old.release()
     ms.subs[f] = s
     if group is None and (req.retain_handling == 0 or (req.retain_handling == 1 and old is None)):
         retained.append(s)  # after SUBACK [MQTT-3.8.4-4]; none for a shared one
@@ -284,6 +330,8 @@ def _detach(ms: MqttSession, s: Sub, *, delete: bool) -> None:
         session.unsubscribe(s.consumer, delete_durable=drop)
     except (NotAuthorized, SessionError) as e:
         log.info("MQTT %s: unsubscribing %r: %s", ms.link.peer, s.filter, e)
+    else:
+        s.release()
     if delete and s.group is not None:  # the last member out closes the group's queue
         name = session.durable_queue_name(durable_name(s.filter), shared=True)
         shared.drop_if_unused(session, s.filter, name, shared.scope_of(ms.core_id))
@@ -304,9 +352,33 @@ def open_state(ms: MqttSession, clean: bool) -> bool:
         return False
     ms._resume = list(saved)
     session.drop_state("expires")  # claimed: no longer expiring
-    ms.inbound.restore(session.load_state("qos2_in") or [])
-    ms.outbound.restore(session.load_state("qos2_out") or [])
+    ms.inbound.restore(session.load_state("qos2_in/") or {})
+    ms.outbound.restore(session.load_state("qos2_out/") or {})
+    _migrate(ms)
     return True
+
+
+def _migrate(ms: MqttSession) -> None:
+    """QoS 2 ids saved as one list each (before one key per id): restored, and saved again
+    one key per id."""
+    session = ms.session
+    assert session is not None
+    old_in, old_out = session.load_state("qos2_in"), session.load_state("qos2_out")
+    if old_in:
+        ms.inbound.restore(old_in)
+        for pid, dup in ms.inbound.dup_ids.items():
+            session.save_state(f"qos2_in/{pid}", dup)
+    if old_out:
+        out = ms.outbound
+        out.restore(old_out)
+        for pid in out.entries:
+            rec = out.record(pid)
+            if rec is not None:
+                session.save_state(f"qos2_out/{pid}", rec)
+        for mid, pid in out.resend.items():
+            session.save_state(f"qos2_out/{pid}", [mid, SENT])
+    for key in ("qos2_in", "qos2_out"):
+        session.drop_state(key)
 
 
 def resume(ms: MqttSession) -> None:
@@ -370,7 +442,12 @@ def expirer(ms: MqttSession) -> Callable[[], None]:
     if 0 < ms.expiry < NEVER:
         at = time.time() + ms.expiry
         who = {"at": at, "user": ms.principal.name, "client": ms.client_id}
-        ms.session.save_state("expires", who)
+        try:
+            ms.session.save_state("expires", who)
+        except LimitExceeded as e:  # the timer below still ends it; a restart would not
+            log.warning(
+                "MQTT %s: session expiry of %r not saved: %s", ms.link.peer, ms.client_id, e
+            )
     return _expire(ms.engine, ms.principal, ms.core_id)
 
 
@@ -413,18 +490,23 @@ def save_subscriptions(ms: MqttSession) -> None:
         ms.session.save_state("subscriptions", recs)
 
 
-def save_inbound(ms: MqttSession) -> asyncio.Future[None] | None:
+def save_inbound(ms: MqttSession, pid: int, dup: str | None) -> asyncio.Future[None] | None:
+    """Save (``dup`` None: drop) one QoS 2 packet id awaiting PUBREL: one small record."""
     if ms.expiry == 0 or ms.session is None:
         return None
     ms._stateful = True
-    return ms.session.save_state("qos2_in", ms.inbound.saved())
+    key = f"qos2_in/{pid}"
+    return ms.session.drop_state(key) if dup is None else ms.session.save_state(key, dup)
 
 
-def save_outbound(ms: MqttSession) -> asyncio.Future[None] | None:
+def save_outbound(ms: MqttSession, pid: int) -> asyncio.Future[None] | None:
+    """Save QoS 2 delivery ``pid`` as it is now, or drop its record once it is over."""
     if ms.expiry == 0 or ms.session is None:
         return None
     ms._stateful = True
-    return ms.session.save_state("qos2_out", ms.outbound.saved())
+    rec = ms.outbound.record(pid)
+    key = f"qos2_out/{pid}"
+    return ms.session.drop_state(key) if rec is None else ms.session.save_state(key, rec)
 
 
 __all__ = ["Sub", "durable_name", "open_state", "resume", "subscribe", "unsubscribe"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -351,6 +352,9 @@ class StompSession:
                 )
                 self.close()
                 return
+        # every header is checked before the login and the core session: a malformed one
+        # is refused with its own ERROR (StompError), and nothing is opened for it
+        beat = _parse_heartbeat(h.get("heart-beat", "0,0")) if version != "1.0" else (0, 0)
         auth = authenticator(self.engine)
         login, passcode, peer = h.get("login"), h.get("passcode"), str(self.link.peer)
         subject = certificate_subject(getattr(self.link, "peer_certificate", None))
@@ -360,18 +364,21 @@ class StompSession:
             except AuthenticationError as e:
                 self.fail("authentication failed", str(e))
                 return
-            self._connected(frame, version, principal)
+            self._connected(frame, version, beat, principal)
             return
         if not self.engine.security.enabled:
-            self._connected(frame, version, auth.authenticate_blocking(login, passcode, peer))
+            principal = auth.authenticate_blocking(login, passcode, peer)
+            self._connected(frame, version, beat, principal)
             return
         # the password hash runs off the loop; frames after CONNECT wait for its answer
         self._authenticating = bytearray()
         self.link.pause_reading()
         task = self.loop.create_task(auth.authenticate(login, passcode, peer))
-        task.add_done_callback(lambda t: self._authenticated(t, frame, version))
+        task.add_done_callback(lambda t: self._authenticated(t, frame, version, beat))
 
-    def _authenticated(self, task: asyncio.Task[Principal], frame: Frame, version: str) -> None:
+    def _authenticated(
+        self, task: asyncio.Task[Principal], frame: Frame, version: str, beat: tuple[int, int]
+    ) -> None:
         held, self._authenticating = self._authenticating, None
         if self.closed:
             return
@@ -382,7 +389,10 @@ class StompSession:
             self.fail("authentication failed", str(e) if isinstance(e, AuthenticationError) else "")
             return
         try:
-            self._connected(frame, version, task.result())
+            self._connected(frame, version, beat, task.result())
+        except StompError as err:  # outside data_received's handler: answered here
+            self.fail(err.message, err.detail, err.receipt_id)
+            return
         except Exception:
             log.exception("STOMP session %s: internal error", self.link.peer)
             self.fail("internal error", "the server failed to process the frame; see its log")
@@ -391,7 +401,11 @@ class StompSession:
         if not self.closed:
             self.data_received(b"" if held is None else bytes(held))
 
-    def _connected(self, frame: Frame, version: str, principal: Principal) -> None:
+    def _connected(
+        self, frame: Frame, version: str, beat: tuple[int, int], principal: Principal
+    ) -> None:
+        """Open the core session and answer CONNECTED; ``beat`` is the client's heart-beat
+        header, already checked (``_on_connect``)."""
         h = frame.headers
         self.principal = principal
         self.client_id = h.get("client-id")
@@ -414,11 +428,11 @@ class StompSession:
         headers = {
             "version": version,
             "server": SERVER_NAME,
-            "session": f"{id(self):x}",
+            "session": secrets.token_hex(16),  # random: an id() told memory addresses
             NODE_HEADER: self.engine.node_name,
         }
         if version != "1.0":
-            cx, cy = _parse_heartbeat(h.get("heart-beat", "0,0"))
+            cx, cy = beat
             floor = self.options.heartbeat_min_ms
             cx, cy = (max(cx, floor) if cx else 0), (max(cy, floor) if cy else 0)
             sx, sy = self.options.heartbeat_send_ms, self.options.heartbeat_receive_ms
@@ -806,15 +820,20 @@ def _is_text(body: bytes) -> bool:
 
 
 def _parse_heartbeat(value: str) -> tuple[int, int]:
+    """The two intervals of a ``heart-beat`` header (StompError, naming the header, if it
+    is not two integers >= 0)."""
     try:
         a, b = value.split(",")
         cx, cy = int(a), int(b)
     except ValueError:
         raise StompError(
-            f"invalid heart-beat header {value!r}: expected two integers like 10000,10000"
+            "invalid heart-beat header",
+            f"heart-beat {value[:100]!r}: expected two integers like 10000,10000",
         ) from None
     if cx < 0 or cy < 0:
-        raise StompError(f"invalid heart-beat header {value!r}: negative interval")
+        raise StompError(
+            "invalid heart-beat header", f"heart-beat {value[:100]!r}: negative interval"
+        )
     return cx, cy
 
 

@@ -88,6 +88,7 @@ async def finish(
     """End a session whose socket is done: let the pump send what is queued (2 s at most),
     then close the socket."""
     session.connection_lost()
+    link.target = None  # the session and its link refer to each other: freed now, not by GC
     if not link.closing:
         link.close()
     try:
@@ -138,7 +139,12 @@ def _handler(
             raise web.HTTPBadRequest(
                 text=f"subprotocols offered here: {', '.join(adapter.subprotocols)}\n"
             )
-        await ws.prepare(request)
+        try:
+            await ws.prepare(request)
+        except ConnectionError:  # the client went away before the 101: nothing to serve
+            log.debug("WebSocket %s: the client left before its upgrade was answered",
+                      peer_of(request))  # fmt: skip
+            return web.Response(status=400, text="the client left\n")  # reaches nobody
         sockets.add(ws)
         link = QueuedLink(peer_of(request))
         session = new_session(link)
@@ -161,6 +167,8 @@ def _handler(
                     break
                 if not reading.is_set() and not await resumed():
                     break  # took no more messages while input was held, and the client left
+        except ConnectionError:  # gone while aiohttp answered a ping or a close: normal
+            log.debug("WebSocket %s: the client went away", link.peer)
         finally:
             if login is not None:
                 login.cancel()

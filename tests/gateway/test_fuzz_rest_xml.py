@@ -16,6 +16,15 @@ import time
 
 import pytest
 from aiohttp import web
+from fuzz.xmlgen import (
+    EXTERNAL_DTD,
+    LAUGHS,
+    PARAMETER,
+    PLAIN_DTD,
+    XXE,
+    registrations,
+    xml_pieces,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -47,26 +56,12 @@ def _post(body: bytes, kind: str = QUEUES, name: str | None = "orders") -> Regis
         return str(e)
 
 
-_xml_pieces = st.sampled_from(
-    ['<push-registration>', '</push-registration>', '<push-topic-registration id="x">',
-     '<link href="http://h/p"/>', '<link href="http://h/{id}" rel="template"/>',
-     '<link href="ftp://h"/>', '<link method="TRACE" href="https://h/"/>', '<destination>',
-     '</destination>', 'q1', 'sf.q', 'a::b', '<topic>t</topic>', '<durable>true</durable>',
-     '<maxRetries>-1</maxRetries>', '<retryWaitMillis>99999999999999</retryWaitMillis>',
-     '<header name="X-A">v</header>', '<header name="bad name">v</header>', '<selector>',
-     '</selector>', '<![CDATA[a > 1]]>', '<authentication><basic-auth><username>u</username>',
-     '</basic-auth></authentication>', '<digest-auth/>', '&amp;', '&lt;', '&foo;', '&#0;',
-     '&#x110000;', '<!DOCTYPE r>', '<!ENTITY e "x">', '<?xml version="1.0"?>', '<a>', '</a>',
-     '\x00', '\ud800', 'é', ' ', '\n']
-)  # fmt: skip
-
-
 @BUDGET
 def test_any_body_gives_a_registration_or_a_clear_4xx(examples: int) -> None:
     @settings(max_examples=examples, deadline=None, database=None)
     @given(
         body=st.binary(max_size=300)
-        | st.lists(_xml_pieces, max_size=40).map(
+        | st.lists(xml_pieces, max_size=40).map(
             lambda p: "".join(p).encode("utf-8", "surrogatepass")
         ),
         kind=st.sampled_from((QUEUES, TOPICS)),
@@ -76,28 +71,6 @@ def test_any_body_gives_a_registration_or_a_clear_4xx(examples: int) -> None:
         _post(body, kind, name)
 
     run()
-
-
-LAUGHS = b"""<?xml version="1.0"?>
-<!DOCTYPE push-registration [
- <!ENTITY a "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa">
- <!ENTITY b "&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;&a;">
- <!ENTITY c "&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;&b;">
- <!ENTITY d "&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;&c;">
- <!ENTITY e "&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;&d;">
-]>
-<push-registration><link href="http://h/&e;"/><selector>&e;</selector></push-registration>"""
-XXE = b"""<?xml version="1.0"?>
-<!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]>
-<push-registration><link href="http://h/p"/><header name="X-Leak">&x;</header></push-registration>"""
-EXTERNAL_DTD = b"""<?xml version="1.0"?>
-<!DOCTYPE push-registration SYSTEM "http://127.0.0.1:9/evil.dtd">
-<push-registration><link href="http://h/p"/></push-registration>"""
-PARAMETER = b"""<?xml version="1.0"?>
-<!DOCTYPE r [<!ENTITY % p SYSTEM "http://127.0.0.1:9/p.dtd"> %p;]>
-<push-registration><link href="http://h/p"/></push-registration>"""
-PLAIN_DTD = b"""<!DOCTYPE push-registration [<!ELEMENT push-registration ANY>]>
-<push-registration><link href="http://h/p"/></push-registration>"""
 
 
 @pytest.mark.parametrize(
@@ -145,55 +118,30 @@ def test_deep_nesting_is_refused_with_a_clear_error(depth: int) -> None:
     assert time.monotonic() - t0 < 1.0
 
 
+@pytest.mark.parametrize(
+    "encoding", ["uuf-8", "base64", "rot13", "hex", "idna", "undefined", "utf-7", "x" * 500]
+)
+def test_an_encoding_expat_cannot_use_is_a_clear_400(encoding: str) -> None:
+    """``encoding=`` naming no codec, or one that is not a text encoding, or one expat cannot
+    use (multi-byte): a 400 saying so (expat raises LookupError for the first two, which is
+    no ValueError), with the quoted name cut short."""
+    doc = f'<?xml version="1.0" encoding="{encoding}"?><push-registration/>'.encode()
+    answer = _post(doc)
+    assert isinstance(answer, str), f"accepted: {answer!r}"
+    assert answer.startswith(f"malformed {WHAT} XML: ") and "encoding" in answer, answer
+    assert len(answer) < 300, answer
+
+
 def test_oversized_document_is_413() -> None:
     body = b"<push-registration>" + b" " * MAX_XML + b"</push-registration>"
     with pytest.raises(web.HTTPRequestEntityTooLarge):
         parse_xml(body, WHAT)
 
 
-_word = st.from_regex(r"\A[a-z][a-z0-9]{0,9}\Z")
-_text = st.text(
-    st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zl", "Zp", "Zs")),
-    min_size=1,
-    max_size=20,
-)
-
-
-@st.composite
-def _registrations(draw: st.DrawFn) -> Registration:
-    kind = draw(st.sampled_from((QUEUES, TOPICS)))
-    topic = draw(_word) if kind == TOPICS else None
-    dest = draw(_word)
-    rel = draw(st.sampled_from((None, "template", "destination")))
-    href = f"http://{draw(_word)}.example/{draw(_word)}" + ("/{id}" if rel == "template" else "")
-    user = draw(st.none() | _text)
-    return Registration(
-        id=draw(_word),
-        kind=kind,
-        destination=dest,
-        topic=topic,
-        href=href,
-        method=draw(st.sampled_from(("POST", "PUT", "PATCH", "GET", "DELETE"))),
-        type=draw(st.none() | st.just("application/json")),
-        rel=rel,
-        durable=draw(st.booleans()),
-        selector=draw(st.none() | _text),
-        max_retries=draw(st.integers(1, 1_000_000)),
-        retry_wait_ms=draw(st.integers(0, 86_400_000)),
-        disable_on_failure=draw(st.booleans()),
-        enabled=draw(st.booleans()),
-        username=user,
-        password=None if user is None else draw(_text),
-        headers=draw(
-            st.lists(st.tuples(st.from_regex(r"\AX-[A-Za-z]{1,8}\Z"), _text), max_size=3)
-        ),  # fmt: skip
-    )
-
-
 @BUDGET
 def test_valid_registrations_round_trip(examples: int) -> None:
     @settings(max_examples=examples, deadline=None, database=None)
-    @given(reg=_registrations())
+    @given(reg=registrations())
     def run(reg: Registration) -> None:
         again = parse(parse_xml(reg.to_xml(), WHAT), rid=reg.id, kind=reg.kind, name=None)
         assert again == reg

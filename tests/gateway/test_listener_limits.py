@@ -153,3 +153,31 @@ def test_http_connections_per_address_are_capped_with_503_naming_the_limit(node)
     finally:
         for s in socks:
             s.close()
+
+
+MALFORMED = [
+    b"GET / HTTP/1.1\r\nHost: h\r\n\rX\r\n\r\n",  # a bare CR in the headers
+    b"GET / HTTP/1.1\r\nHost: h\r\nBad Header: x\r\n\r\n",  # a space in a header name
+    b"GET / HTTP/9.x\r\nHost: h\r\n\r\n",  # no such version
+    b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: h\r\n\r\n",  # request line too long
+    b"POST /tunnel/open HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    b"G\x01T / HTTP/1.1\r\nHost: h\r\n\r\n",  # a method that is no token, after a request
+]
+
+
+def test_http_malformed_requests_get_400_and_one_info_line_each(node):
+    """A request aiohttp cannot parse is the client's fault: a 400, and one INFO line in the
+    log, not aiohttp's ERROR with a ten-line traceback that any client could repeat at will."""
+    start = len(node.log())
+    for raw in MALFORMED:
+        with socket.create_connection(("127.0.0.1", node.http_port), timeout=5) as s:
+            # a good request first: aiohttp lets only a connection's first bad method pass
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: h\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200 ")
+            s.sendall(raw)
+            answer, _ = _read_all(s, 5)
+        assert b" 400 Bad Request\r\n" in answer, (raw[:60], answer[-300:])
+    time.sleep(0.3)
+    log = node.log()[start:]
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]
+    assert log.count("malformed request refused") == len(MALFORMED), log[-3000:]

@@ -284,3 +284,36 @@ def test_creating_queues_needs_its_own_permission(node):
             r.close()
         else:
             expect_error(r, fragment)
+
+
+@pytest.mark.parametrize("beat", ["x,y", "-1,0", "1,2,3", ""])
+def test_bad_heart_beat_is_refused_before_any_session_opens(tmp_path, beat):
+    """With security on (the login is checked off the loop), a malformed ``heart-beat`` is
+    answered with an ERROR naming the header, not ``internal error``.  It is checked before
+    the core session opens: the user's one session place (``max_sessions_per_user = 1``),
+    held by another connection, would otherwise refuse it with ``limit exceeded``; and the
+    place is free again afterwards."""
+    limits = "\n[limits]\nmax_sessions_per_user = 1\n"
+    n = NodeProcess(tmp_path, extra_config=SECURITY_USERS + limits).start()
+    try:
+        holder = RawStomp(n.stomp_port)
+        assert holder.connect("1.2", "login:app\npasscode:secret\n").startswith(b"CONNECTED")
+        r = RawStomp(n.stomp_port)
+        frame = r.connect("1.2", f"login:app\npasscode:secret\nheart-beat:{beat}\n")
+        assert frame.startswith(b"ERROR"), frame
+        assert header(frame, "message") == "invalid heart-beat header", frame
+        assert f"heart-beat {beat!r}".encode() in frame, frame  # the body quotes it
+        r.read_until_closed()
+        r.close()
+        holder.close()
+        for _ in range(50):  # the holder's place is given back, and no other was taken
+            r = RawStomp(n.stomp_port)
+            frame = r.connect("1.2", "login:app\npasscode:secret\n")
+            r.close()
+            if not frame.startswith(b"ERROR"):
+                break
+            time.sleep(0.1)
+        assert frame.startswith(b"CONNECTED"), frame
+        assert "internal error" not in n.log() and "Traceback" not in n.log()
+    finally:
+        n.stop()

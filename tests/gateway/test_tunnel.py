@@ -339,6 +339,38 @@ def test_bad_tunnel_requests_get_precise_4xx(url, node, run):
     run(go(), 30)
 
 
+def test_a_token_that_is_not_ascii_is_a_403(url, node, run):
+    """Any wrong ``X-Tunnel-Token`` is a 403, whatever its bytes (non-ASCII UTF-8, not UTF-8
+    at all, or empty), never a 500; the session itself is unharmed."""
+
+    async def raw_get(path: str, token: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", node.http_port)
+        writer.write(
+            f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{node.http_port}\r\n".encode()
+            + b"X-Tunnel-Token: "
+            + token
+            + b"\r\nConnection: close\r\n\r\n"
+        )
+        answer = await reader.read()
+        writer.close()
+        return answer.split(b"\r\n")[0]
+
+    start = len(node.log())
+
+    async def go():
+        http, raw = await _raw(url)
+        async with http:
+            info = await raw.open()
+            path = f"/tunnel/{raw.sid}/down?ack=0"
+            for token in (b"\xc3\xa9", b"\xff\xfe", str(info["token"]).encode() + b"\xc3\xa9", b""):
+                assert b" 403 " in await raw_get(path, token), token
+            assert (await raw.up(0, CONNECT))[0] == 200
+            assert (await raw.down(0))[2].startswith(b"CONNECTED")
+        assert "Traceback" not in node.log()[start:]
+
+    run(go(), 30)
+
+
 def test_client_reports_loss_after_retry_for(tmp_path, run):
     """With the server gone the client retries, then the reader fails with TunnelError."""
     n = NodeProcess(tmp_path / "node", http=HTTP).start()

@@ -6,7 +6,7 @@ import asyncio
 
 import aiohttp
 import pytest
-from opskit import secured_node
+from opskit import ADMIN, secured_node
 from prometheus_client.parser import text_string_to_metric_families
 from stompkit import connect, unique
 
@@ -18,17 +18,17 @@ def node(tmp_path_factory):
     n.stop()
 
 
-def fetch(url: str) -> tuple[int, str, str]:
+def fetch(url: str, auth: aiohttp.BasicAuth | None = None) -> tuple[int, str, str]:
     async def go() -> tuple[int, str, str]:
-        async with aiohttp.ClientSession() as s, s.get(url) as r:
+        async with aiohttp.ClientSession() as s, s.get(url, auth=auth) as r:
             return r.status, r.headers.get("Content-Type", ""), await r.text()
 
     return asyncio.run(go())
 
 
 def scrape(node) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of a scrape, by name and sorted labels."""
-    status, ctype, text = fetch(node.http_url + "/metrics")
+    """Every sample of a scrape (as admin: security is on), by name and sorted labels."""
+    status, ctype, text = fetch(node.http_url + "/metrics", ADMIN)
     assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
     out = {}
     for fam in text_string_to_metric_families(text):

@@ -118,7 +118,8 @@ def test_sighup_adds_a_queue_divert_user_and_bridge_under_load(tmp_path):
 
 
 def _reload(node: NodeProcess, user: str, password: str) -> tuple[int, dict]:
-    req = urllib.request.Request(f"{node.http_url}/admin/api/v1/reload", method="POST", data=b"")
+    req = urllib.request.Request(f"{node.http_url}/admin/api/v1/reload", method="POST", data=b"{}")
+    req.add_header("Content-Type", "application/json")  # any other body is refused (415)
     req.add_header("Authorization", "Basic " + b64encode(f"{user}:{password}".encode()).decode())
     try:
         with urllib.request.urlopen(req, timeout=10) as r:

@@ -8,6 +8,12 @@ need it on ``#``.  With security off (the embedded default) every caller on the 
 host may, as everywhere else; callers from other hosts are refused, since an open admin API
 on ``0.0.0.0`` would let anyone purge queues.
 
+A refusal never carries a ``WWW-Authenticate: Basic`` challenge: a browser answers one with
+its own login box and then keeps sending those credentials to the node, so any page could
+act with them.  Tools send their credentials unasked (curl ``-u``, the admin CLI,
+Prometheus); the console sends its own on each call.  What a browser may send at all is
+checked before this, by :mod:`.origin`.
+
 Every refused login and every action is written to the ``waystation.audit`` logger: who,
 from where, what, and the outcome, so a log shipper can keep it apart from the node's log.
 """
@@ -29,16 +35,10 @@ from waystation.gateway.http.context import HttpContext
 audit = logging.getLogger("waystation.audit")
 
 NODE_WIDE = "#"  # the address a node-wide action is checked on
-REALM = 'Basic realm="waystation admin", charset="UTF-8"'
-# The console sends this with its calls: a refusal then carries no Basic challenge, which
-# would make the browser pop up its own login box over the console's form.
-CONSOLE_HEADER = "X-Waystation-Console"
 
 
-def _error(cls: type[web.HTTPException], message: str, **headers: str) -> web.HTTPException:
-    return cls(
-        text=json.dumps({"error": message}), content_type="application/json", headers=headers
-    )
+def _error(cls: type[web.HTTPException], message: str) -> web.HTTPException:
+    return cls(text=json.dumps({"error": message}), content_type="application/json")
 
 
 def remote_of(request: web.Request) -> str:
@@ -62,7 +62,7 @@ def is_loopback(request: web.Request) -> bool:
         return False
 
 
-def _credentials(request: web.Request) -> tuple[str, str] | None:
+def credentials(request: web.Request) -> tuple[str, str] | None:
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "basic" or not value:
@@ -87,14 +87,10 @@ def _fields(request: web.Request, user: str | None, outcome: str) -> dict[str, o
     }
 
 
-def _challenge(request: web.Request) -> dict[str, str]:
-    return {} if CONSOLE_HEADER in request.headers else {"WWW-Authenticate": REALM}
-
-
 async def login(request: web.Request, ctx: HttpContext) -> Principal:
-    """The caller's principal; 401 (with a Basic challenge) when it cannot be established."""
+    """The caller's principal; 401 (no challenge: see above) when it cannot be established."""
     engine = ctx.engine
-    creds = _credentials(request)
+    creds = credentials(request)
     remote = remote_of(request)
     if not engine.security.enabled:
         if not is_loopback(request):
@@ -117,7 +113,7 @@ async def login(request: web.Request, ctx: HttpContext) -> Principal:
             remote,
             extra=_fields(request, None, "no-credentials"),
         )
-        raise _error(web.HTTPUnauthorized, "credentials required", **_challenge(request))
+        raise _error(web.HTTPUnauthorized, "credentials required (HTTP Basic)")
     try:
         return await authenticator(engine).authenticate(creds[0], creds[1], remote)
     except AuthenticationError as e:
@@ -130,7 +126,7 @@ async def login(request: web.Request, ctx: HttpContext) -> Principal:
             e,
             extra=_fields(request, creds[0], "failed-login"),
         )
-        raise _error(web.HTTPUnauthorized, str(e), **_challenge(request)) from None
+        raise _error(web.HTTPUnauthorized, str(e)) from None
 
 
 def may_manage(ctx: HttpContext, principal: Principal, address: str) -> bool:
@@ -152,6 +148,31 @@ def require(request: web.Request, ctx: HttpContext, principal: Principal, addres
     raise _error(web.HTTPForbidden, f"user {principal.name!r} may not manage {address!r}")
 
 
+def target_addresses(ctx: HttpContext, target: str) -> list[str]:
+    """Every address a message sent to ``target`` lands on, each of which the caller must
+    manage: the text as written, where routing really takes it
+    (:meth:`~waystation.core.postoffice.PostOffice.permission_targets`: for ``node::x``,
+    ``x`` and, for another node, the store-and-forward queue it waits in), and for a name
+    that is a queue, that queue's address."""
+    engine = ctx.engine
+    out = [target]
+    for address in engine.post.permission_targets(target):
+        out.append(address)
+        q = engine.queue(address)
+        if q is not None:
+            out.append(q.address)
+    return list(dict.fromkeys(out))
+
+
+def require_target(
+    request: web.Request, ctx: HttpContext, principal: Principal, target: str
+) -> None:
+    """403 unless ``principal`` may manage every address a message sent to ``target``
+    reaches (:func:`target_addresses`), not only the text as written."""
+    for address in target_addresses(ctx, target):
+        require(request, ctx, principal, address)
+
+
 def done(request: web.Request, principal: Principal, what: str, level: int = 0) -> None:
     """Record an action: changes at info, listings at debug (a console polls them)."""
     level = level or (logging.DEBUG if request.method == "GET" else logging.INFO)
@@ -170,4 +191,16 @@ def error(cls: type[web.HTTPException], message: str) -> web.HTTPException:
     return _error(cls, message)
 
 
-__all__ = ["NODE_WIDE", "audit", "done", "error", "login", "may_manage", "remote_of", "require"]
+__all__ = [
+    "NODE_WIDE",
+    "audit",
+    "credentials",
+    "done",
+    "error",
+    "login",
+    "may_manage",
+    "remote_of",
+    "require",
+    "require_target",
+    "target_addresses",
+]

@@ -3,7 +3,9 @@
 Each handler logs in the caller (:mod:`.guard`), checks ``manage`` on the address it touches,
 does the work through :class:`waystation.core.admin.Admin` (or, to browse, a core session of
 the caller's own, so browsing obeys the ``browse`` permission like any client's), and records
-the action in the audit log.  Answers are JSON; errors are ``{"error": "..."}``.
+the action in the audit log.  Answers are JSON; errors are ``{"error": "..."}``.  Lists of
+names come a page at a time (:mod:`.listing`); an action that sends messages somewhere is
+checked on where they land (:func:`.guard.require_target`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from waystation.core.postoffice import QueueExists, RoutingError
 from waystation.core.queue import ANYCAST, Queue
 from waystation.core.security import NotAuthorized, Principal
 from waystation.core.session import SessionError
-from waystation.gateway.http.admin import guard
+from waystation.gateway.http.admin import guard, listing
 from waystation.gateway.http.admin.body import read_json
 from waystation.gateway.http.admin.runtime import RuntimeRoutes, queue_config
 from waystation.gateway.http.admin.views import message_json
@@ -125,24 +127,31 @@ class AdminRoutes:
 
     # -- addresses and queues -------------------------------------------------------------
     async def addresses(self, request: web.Request, principal: Principal) -> web.Response:
-        out = [
-            a
-            for a in self.admin.addresses()
-            if guard.may_manage(self.ctx, principal, str(a["name"]))
-        ]
-        if not out:
+        post = self.ctx.engine.post
+        found = await listing.page(
+            request, list(post.addresses), lambda a: a, self._visible(principal)
+        )
+        if not found.total:
             self._node_wide(request, principal)  # 403 for someone who may manage nothing
-        return _ok({"addresses": out})
+        infos = await listing.address_infos(post, found.items)
+        return _ok({"addresses": infos, **found.meta()})
 
     async def queues(self, request: web.Request, principal: Principal) -> web.Response:
-        out = [
-            self.admin.queue_info(q)
-            for q in self.admin.queues()
-            if guard.may_manage(self.ctx, principal, q.address)
-        ]
-        if not out:
+        queues = self.admin.queues()
+        found = await listing.page(
+            request, queues, lambda q: q.name, self._visible(principal, lambda q: q.address)
+        )
+        if not found.total:
             self._node_wide(request, principal)
-        return _ok({"queues": out})
+        return _ok({"queues": [self.admin.queue_info(q) for q in found.items], **found.meta()})
+
+    def _visible(
+        self, principal: Principal, address: Callable[[Any], str] = str
+    ) -> Callable[[Any], bool] | None:
+        """Which entries the caller may see; None when all (manage on ``#``: no check each)."""
+        if guard.may_manage(self.ctx, principal, guard.NODE_WIDE):
+            return None
+        return lambda item: guard.may_manage(self.ctx, principal, address(item))
 
     async def queue(self, request: web.Request, principal: Principal) -> web.Response:
         return _ok(self.admin.queue_info(self._queue(request, principal)))
@@ -205,7 +214,7 @@ class AdminRoutes:
         q = self._queue(request, principal)
         ids = _ids(await read_json(request))
         for address in sorted(self.admin.retry_targets(q.name, ids)):
-            guard.require(request, self.ctx, principal, address)  # where they will go
+            guard.require_target(request, self.ctx, principal, address)  # where they go
         r = self.admin.retry(q.name, ids)
         guard.done(request, principal, f"retried {r.moved} messages from {q.name!r}")
         return _ok({"queue": q.name, "retried": r.moved, "skipped": r.skipped})
@@ -216,7 +225,7 @@ class AdminRoutes:
         target = data.get("target")
         if not isinstance(target, str) or not target:
             raise guard.error(web.HTTPBadRequest, "target (an address) is required")
-        guard.require(request, self.ctx, principal, target)
+        guard.require_target(request, self.ctx, principal, target)
         r = self.admin.move(q.name, target, _ids(data), data.get("selector"))
         guard.done(request, principal, f"moved {r.moved} messages from {q.name!r} to {target!r}")
         return _ok({"queue": q.name, "target": target, "moved": r.moved})

@@ -106,7 +106,7 @@ class RuntimeRoutes:
     async def create_divert(self, request: web.Request, principal: Principal) -> web.Response:
         d = validated(DivertConfig, await read_json(request))
         guard.require(request, self.ctx, principal, d.address)
-        guard.require(request, self.ctx, principal, d.target)
+        guard.require_target(request, self.ctx, principal, d.target)
         spec = DivertSpec(d.name, d.address, d.target, d.filter, d.exclusive, d.transformer)
         self.ctx.engine.add_divert(spec)  # DivertError (a loop, a duplicate name): 400
         guard.done(request, principal, f"created divert {d.name!r}: {d.address} -> {d.target}")

@@ -3,7 +3,10 @@ nothing from a CDN) that an operator's browser runs against the admin API.
 
 The page holds no privilege of its own: it asks for a user and password and sends them, as
 HTTP Basic, with each admin API call, so it can do exactly what that user's ``manage``
-permission allows, and a wrong login is refused by the API as from any other client.
+permission allows, and a wrong login is refused by the API as from any other client.  The
+browser itself never holds the login (the API sends no Basic challenge), and every change
+goes as JSON, which is what the API's browser door (:mod:`..admin.origin`) lets through
+from the console's own origin and from no other site.
 """
 
 from __future__ import annotations

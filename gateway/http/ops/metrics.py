@@ -1,10 +1,16 @@
 """``GET /metrics``: the node's numbers in the Prometheus text format.
 
-Nothing is counted per message for this: a custom collector reads, at scrape time, the
-counters the core keeps anyway (each queue's depth and totals, the address memory, the open
-sessions, the journal's counters, the bridges' status) and turns them into metric families.
-A scrape costs a walk over the queues and sessions, nothing between scrapes.  The one thing
+Nothing is counted per message for this: at scrape time the counters the core keeps anyway
+(each queue's depth and totals, the address memory, the open sessions, the journal's
+counters, the bridges' status) are read and turned into metric families.  The one thing
 measured between scrapes is event-loop lag (:mod:`.lag`), from the node's start.
+
+What a scrape may cost is bounded (:mod:`.series`): at most ``max_queue_series`` queues and
+``max_address_series`` addresses get series of their own, the rest are summed in one series
+labelled ``_other``, and the pass over the names gives the event loop back as it goes;
+scrapes that arrive while one runs share its answer.  With security on, a scraper logs in
+(HTTP Basic, no challenge: see :mod:`waystation.gateway.http.admin.guard`) as a user holding
+``manage`` on ``#`` or one of ``[acceptors.http.metrics] roles``.
 
 Counters the core does not keep yet are not invented: per-queue expired and dead-lettered
 totals (by reason) appear once the core exposes them (see docs/operations.md).  Journal
@@ -14,6 +20,7 @@ counts itself (core/store/timing.py); a scrape copies them.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -32,8 +39,10 @@ from prometheus_client.utils import floatToGoString
 
 from waystation.core.authentication import authenticator
 from waystation.core.store.timing import Snapshot
+from waystation.gateway.http.admin import guard
 from waystation.gateway.http.context import HttpContext
 from waystation.gateway.http.ops.lag import LoopLag
+from waystation.gateway.http.ops.series import exposition, series
 
 PREFIX = "waystation_"
 
@@ -54,11 +63,13 @@ class NodeCollector(Collector):
         self.lag = lag
 
     def collect(self) -> Iterator[Metric]:
+        """The node-wide families; the per-queue and per-address ones are :mod:`.series`'s."""
         engine = self.ctx.engine
         if not engine.started:
             return
-        yield from self._queues()
-        yield from self._addresses()
+        n = _gauge("addresses", "Addresses declared.")
+        n.add_metric([], len(engine.post.addresses))
+        yield n
         yield from self._connections()
         yield from self._bridges()
         yield from self._journal()
@@ -72,49 +83,6 @@ class NodeCollector(Collector):
         )
         worst.add_metric([], self.lag.take_worst())
         yield worst
-
-    def _queues(self) -> Iterator[Metric]:
-        labels = ["queue", "address", "routing"]
-        depth = _gauge("queue_messages", "Messages waiting (memory, paged, scheduled).", labels)
-        flight = _gauge("queue_in_flight", "Messages delivered and not yet settled.", labels)
-        consumers = _gauge("queue_consumers", "Consumers attached.", labels)
-        added = _counter("queue_enqueued", "Messages added to the queue.", labels)
-        acked = _counter("queue_acked", "Messages acknowledged from the queue.", labels)
-        paused = _gauge("queue_paused", "1 while an operator has paused delivery.", labels)
-        expired = _counter("queue_expired", "Messages that expired in the queue.", labels)
-        dead = _counter(
-            "queue_dead_lettered",
-            "Messages dead-lettered from the queue, by reason.",
-            [*labels, "reason"],
-        )
-        for q in list(self.ctx.engine.post.queues.values()):
-            if q.temporary:
-                continue  # one per subscriber connection: a series each would explode
-            lv = [q.name, q.address, q.routing]
-            depth.add_metric(lv, q.depth)
-            flight.add_metric(lv, q.in_flight)
-            consumers.add_metric(lv, len(q.consumers))
-            added.add_metric(lv, q.messages_added)
-            acked.add_metric(lv, q.messages_acked)
-            paused.add_metric(lv, 1 if q.paused else 0)
-            expired.add_metric(lv, q.messages_expired)
-            for reason, n in q.messages_dead_lettered.items():
-                dead.add_metric([*lv, reason], n)
-        yield from (depth, flight, consumers, added, acked, paused, expired, dead)
-
-    def _addresses(self) -> Iterator[Metric]:
-        post = self.ctx.engine.post
-        mem = _gauge(
-            "address_memory_bytes",
-            "Bytes of message data an address's queues hold in memory (paged ones excluded).",
-            ["address"],
-        )
-        for name in list(post.addresses):
-            mem.add_metric([name], post.usage(name).memory_bytes)
-        yield mem
-        n = _gauge("addresses", "Addresses declared.")
-        n.add_metric([], len(post.addresses))
-        yield n
 
     def _connections(self) -> Iterator[Metric]:
         by_protocol: Counter[str] = Counter()
@@ -211,17 +179,62 @@ def _num(v: object) -> float:
 LAG = web.AppKey("ops_lag", LoopLag)
 
 
+class Scraper:
+    """One scrape at a time: the per-name pass (with yields), then the text; scrapes that
+    come while one runs get its answer."""
+
+    def __init__(self, ctx: HttpContext, lag: LoopLag) -> None:
+        self.ctx = ctx
+        self.collector = NodeCollector(ctx, lag)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        self.running: asyncio.Future[bytes] | None = None
+
+    async def scrape(self) -> bytes:
+        if self.running is None or self.running.done():
+            self.running = asyncio.ensure_future(self._scrape())
+        return await asyncio.shield(self.running)
+
+    async def _scrape(self) -> bytes:
+        cfg = self.ctx.cfg.metrics
+        engine = self.ctx.engine
+        per_name = b""
+        if engine.started:
+            found = await series(engine.post, cfg.max_queue_series, cfg.max_address_series)
+            per_name = exposition(found, PREFIX).encode()
+        return per_name + generate_latest(self.registry)
+
+
+async def _may_scrape(request: web.Request, ctx: HttpContext) -> None:
+    """With security on and ``login`` set: a user with manage on ``#`` or a listed role."""
+    cfg = ctx.cfg.metrics
+    if not (cfg.login and ctx.engine.security.enabled):
+        return
+    principal = await guard.login(request, ctx)
+    if set(cfg.roles) & principal.roles or guard.may_manage(ctx, principal, guard.NODE_WIDE):
+        return
+    guard.audit.warning(
+        "denied GET /metrics to %r from %s: neither manage on '#' nor a role of %s",
+        principal.name,
+        guard.remote_of(request),
+        sorted(cfg.roles),
+    )
+    raise guard.error(
+        web.HTTPForbidden, f"user {principal.name!r} may not read metrics (metrics.roles)"
+    )
+
+
 def setup(app: web.Application, ctx: HttpContext, lag: LoopLag | None = None) -> None:
     """``/metrics``; ``lag`` is a sampler its owner runs (the node's, from its start), else
     this app starts and stops its own."""
     owned = lag is None
     lag = LoopLag() if lag is None else lag
     app[LAG] = lag
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(NodeCollector(ctx, lag))
+    scraper = Scraper(ctx, lag)
 
     async def metrics(request: web.Request) -> web.Response:
-        body = generate_latest(registry)
+        await _may_scrape(request, ctx)
+        body = await scraper.scrape()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def started(app: web.Application) -> None:
@@ -236,4 +249,4 @@ def setup(app: web.Application, ctx: HttpContext, lag: LoopLag | None = None) ->
     app.router.add_get("/metrics", metrics)
 
 
-__all__ = ["LoopLag", "NodeCollector", "setup"]
+__all__ = ["LoopLag", "NodeCollector", "Scraper", "setup"]

@@ -68,8 +68,13 @@ def parse_xml(body: bytes, what: str) -> ET.Element:
         raise fail(
             web.HTTPBadRequest, f"malformed {what} XML: elements nested deeper than {MAX_DEPTH}"
         ) from None
-    except (expat.ExpatError, ET.ParseError, ValueError) as e:  # ValueError: an encoding
+    except (expat.ExpatError, ET.ParseError) as e:
         raise fail(web.HTTPBadRequest, f"malformed {what} XML: {e}") from None
+    except (LookupError, ValueError) as e:
+        # the ``encoding=`` declaration names no codec or no text one (LookupError), one
+        # expat cannot use (multi-byte) or whose codec failed (ValueError); e may quote it
+        why = str(e)[:200]
+        raise fail(web.HTTPBadRequest, f"malformed {what} XML: unusable encoding ({why})") from None
 
 
 def xml_text(el: ET.Element, tag: str) -> str | None:

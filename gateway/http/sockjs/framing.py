@@ -16,6 +16,7 @@ GO_AWAY = (3000, "Go away!")
 ANOTHER_CONNECTION = (2010, "Another connection still open")
 INTERRUPTED = (1002, "Connection interrupted")
 SERVER_SHUTDOWN = (1001, "Server shutting down")
+PUSHED_OUT = (3001, "Not logged in: place given to a newer session (max_unauthenticated_sessions)")
 
 # sockjs-protocol's escapable_by_server, plus lone surrogates (never valid in UTF-8)
 _ESCAPE = re.compile("[\x00-\x1f\u200c-\u200f\u2028-\u202f\u2060-\u206f\ud800-\udfff\ufff0-\uffff]")

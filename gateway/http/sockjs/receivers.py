@@ -178,6 +178,8 @@ def handler(spec: Receiver, sessions: Sessions, heartbeat: float | None, limit: 
             session = sessions.create(sid, peer_of(request), host, cookie)
         elif not session.belongs_to(host, cookie):
             return forbidden(request, sid)
+        else:
+            sessions.logged_in(session)
         headers = no_cache(request, spec.content_type)
         if not spec.streaming:
             frame = framing.OPEN if created else await poll(session, request)

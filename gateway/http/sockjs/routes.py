@@ -87,7 +87,7 @@ def setup(app: web.Application, ctx: HttpContext) -> None:
     delay = cfg.disconnect_delay.total_seconds()
     sessions = Sessions(
         ctx.engine, ctx.stomp, delay, cfg.max_sessions, cfg.max_sessions_per_address,
-        cfg.connect_timeout.total_seconds(),
+        cfg.connect_timeout.total_seconds(), cfg.max_unauthenticated_sessions,
     )  # fmt: skip
     app[SESSIONS] = sessions
     sockets: weakref.WeakSet[web.WebSocketResponse] = weakref.WeakSet()

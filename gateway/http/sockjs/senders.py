@@ -46,6 +46,7 @@ def handler(sessions: Sessions, jsonp: bool, limit: int) -> Handler:
         except PayloadError as e:
             return web.Response(status=500, text=str(e), headers=cors(request))
         await session.feed(chunks)
+        sessions.logged_in(session)  # leaves the lobby once its CONNECT went through
         if jsonp:
             return web.Response(body=b"ok", headers=no_cache(request, TEXT))
         return web.Response(status=204, headers=no_cache(request, TEXT))

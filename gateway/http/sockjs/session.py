@@ -15,6 +15,10 @@ request presenting anything else can neither read nor write it (403).  At most
 ``max_sessions`` exist, ``max_sessions_per_address`` created from one address, and a
 session whose STOMP CONNECT has not completed ``connect_timeout`` after creation is failed
 with an ERROR naming ``connect_timeout`` (so unauthenticated sessions cannot keep places).
+Sessions not logged in yet are held to ``max_unauthenticated_sessions`` (a :class:`Lobby`):
+when it or the table is full, a new session takes the place of the oldest not-logged-in one
+of the address holding the most, so a flood of sessions that never log in leaves room for
+those that do.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import hmac
 from collections.abc import Callable
 
 from waystation.core.engine import Engine
-from waystation.gateway.admission import Places, connect_deadline
+from waystation.gateway.admission import Lobby, Places, connect_deadline
 from waystation.gateway.http.sockjs import framing
 from waystation.gateway.http.sockjs.textlink import TextLink
 from waystation.gateway.queued_link import feed
@@ -65,7 +69,9 @@ class SockJsSession:
             return False
         if own_cookie is None:
             return True
-        return cookie is not None and hmac.compare_digest(own_cookie, cookie)
+        return cookie is not None and hmac.compare_digest(  # str of any text: bytes never raise
+            own_cookie.encode("utf-8", "surrogatepass"), cookie.encode("utf-8", "surrogatepass")
+        )
 
     # -- input ------------------------------------------------------------------------------
     async def feed(self, chunks: list[bytes]) -> None:
@@ -143,6 +149,7 @@ class Sessions:
         max_sessions: int,
         max_per_address: int = 100,
         connect_timeout: float = 0.0,
+        max_unauthenticated: int = 1000,
     ) -> None:
         self.engine = engine
         self.options = options
@@ -154,6 +161,11 @@ class Sessions:
             max_per_address,
             ("max_sessions", "max_sessions_per_address"),
         )
+        self.lobby = Lobby(
+            "SockJS sessions",
+            min(max_unauthenticated, max_sessions),
+            "max_unauthenticated_sessions",
+        )
         self.by_id: dict[str, SockJsSession] = {}
 
     def get(self, sid: str) -> SockJsSession | None:
@@ -164,8 +176,32 @@ class Sessions:
         return self.places.full
 
     def refusal(self, host: str) -> str | None:
-        """Why a new session from ``host`` cannot be created now (naming the limit)."""
-        return self.places.refusal(host)
+        """Why a new session from ``host`` cannot be created now (naming the limit), after
+        pushing out a session not logged in if that makes room (see :class:`Lobby`)."""
+        why = self.places.host_refusal(host)
+        if why is not None:
+            return why
+        while self.places.full or self.lobby.full:
+            victim = self.lobby.victim(host)
+            if victim is None:
+                return self.places.full_text() if self.places.full else self.lobby.refusal()
+            s = self.by_id.get(victim)
+            if s is None or self.logged_in(s):
+                self.lobby.leave(victim)
+                continue
+            self.lobby.pushed_out += 1
+            s.end(*framing.PUSHED_OUT)
+            self._forget(s)
+        return None
+
+    def logged_in(self, s: SockJsSession) -> bool:
+        """Whether ``s`` has logged in (STOMP CONNECT accepted); it then leaves the lobby."""
+        if s.sid not in self.lobby:
+            return True
+        if s.stomp.connected:
+            self.lobby.leave(s.sid)
+            return True
+        return False
 
     def create(
         self, sid: str, peer: str, host: str = "?", cookie: str | None = None
@@ -177,12 +213,14 @@ class Sessions:
         )  # fmt: skip
         self.by_id[sid] = s
         self.places.take(host)
+        self.lobby.enter(sid, host)
         return s
 
     def _forget(self, s: SockJsSession) -> None:
         if self.by_id.get(s.sid) is s:
             del self.by_id[s.sid]
             self.places.release(s.owner[0])
+            self.lobby.leave(s.sid)
 
     def close_all(self) -> None:
         for s in list(self.by_id.values()):

@@ -9,7 +9,8 @@ Protocol (``{path}`` is ``[acceptors.http.tunnel] path``, default ``/tunnel``; n
   "session_timeout"}``; the session id is 128 random bits chosen by the server, the token
   256, and every later request must carry ``X-Tunnel-Token: {token}`` (else 403).  Unknown
   protocol -> 400 naming the known ones; ``max_sessions`` open already, or
-  ``max_sessions_per_address`` from the client's address -> 503 naming the limit.
+  ``max_sessions_per_address`` from the client's address, or ``max_unauthenticated_sessions``
+  not logged in yet with none to push out (see :mod:`.registry`) -> 503 naming the limit.
 - ``POST {path}/{sid}/up?offset=N``: the body is upstream bytes from stream offset N (at
   most ``max_request_size``, else 413).  Only bytes beyond what the server has are fed to
   the protocol, so a repeated POST is harmless.  200 with ``X-Tunnel-Received`` = upstream

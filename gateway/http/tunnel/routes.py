@@ -105,6 +105,7 @@ class Routes:
             return _text(410, f"tunnel session {session.sid} is closed")
         finally:
             session.done()
+            self.registry.logged_in(session)  # leaves the lobby once its login went through
         return web.Response(status=200, headers={H_RECEIVED: str(received)})
 
     async def down(self, request: web.Request) -> web.Response:
@@ -119,6 +120,7 @@ class Routes:
             return _text(409, str(e), {H_SENT: str(e.expected)})
         finally:
             session.done()
+            self.registry.logged_in(session)
         headers = {H_OFFSET: str(offset)}
         if closed:
             headers[H_CLOSED] = "1"

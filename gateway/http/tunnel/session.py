@@ -59,8 +59,14 @@ class TunnelSession:
         self._poll: asyncio.Future[None] | None = None  # the held poll's wake-up
 
     def authorized(self, token: str | None) -> bool:
-        """``token`` (from a request's header) is this session's secret."""
-        return token is not None and hmac.compare_digest(self.token, token)
+        """``token`` (from a request's header) is this session's secret.  Compared as bytes:
+        ``compare_digest`` refuses str with non-ASCII characters (a TypeError, so a 500), and
+        a header's bytes that are not UTF-8 come as lone surrogates, which only
+        ``surrogatepass`` encodes whatever they are."""
+        if token is None:
+            return False
+        given = token.encode("utf-8", "surrogatepass")
+        return hmac.compare_digest(self.token.encode(), given)
 
     @property
     def finished(self) -> bool:

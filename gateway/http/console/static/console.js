@@ -4,6 +4,7 @@
 
 const API = "/admin/api/v1";
 const POLL_MS = 2000;
+const QUEUE_PAGE = 1000; // the API's largest page
 const state = { auth: null, tab: "overview", browsing: null, last: null, timer: null };
 const $ = (id) => document.getElementById(id);
 
@@ -12,9 +13,12 @@ function say(text, ok) {
   $("status").className = ok ? "ok" : "";
 }
 
+// A change is always sent as JSON (an empty object when there is nothing to say): the API
+// refuses any other body, which is what keeps other sites' forms out (docs/security.md).
 async function api(method, path, body) {
-  const headers = { "X-Waystation-Console": "1" };
+  const headers = {};
   if (state.auth) headers.Authorization = "Basic " + state.auth;
+  if (method !== "GET" && body === undefined) body = {};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch(API + path, {
     method, headers, body: body === undefined ? undefined : JSON.stringify(body),
@@ -89,7 +93,9 @@ async function overview() {
 }
 
 async function queues() {
-  const { queues } = await api("GET", "/queues");
+  const { queues, total } = await api("GET", `/queues?limit=${QUEUE_PAGE}`);
+  $("queue-more").textContent = total > queues.length
+    ? `first ${queues.length} of ${total} queues (by name) shown` : "";
   queues.sort((a, b) => a.name.localeCompare(b.name));
   fill("queue-table", queues.map((q) => {
     const actions = el("span");
