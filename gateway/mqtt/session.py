@@ -403,13 +403,13 @@ class MqttSession(PublishIn, Deliveries):
         held, self._held = self._held or [], None
         # retrieved even when the connection is gone: asyncio logs an exception never
         # retrieved, with its traceback, and any client can cause one per wrong password
-        e = None if task.cancelled() else task.exception()
+        failure = None if task.cancelled() else task.exception()
         if self.closed:
             return
-        if task.cancelled() or e is not None:
-            if not isinstance(e, AuthenticationError):
-                log.error("MQTT %s: login check failed: %r", self.link.peer, e)
-            why = str(e) if e else "authentication failed"
+        if task.cancelled() or failure is not None:
+            if not isinstance(failure, AuthenticationError):
+                log.error("MQTT %s: login check failed: %r", self.link.peer, failure)
+            why = str(failure) if failure else "authentication failed"
             self._end(R.BAD_USER_NAME_OR_PASSWORD, why, will=False, connack=True)
             return
         self.link.resume_reading()

@@ -380,10 +380,12 @@ class StompSession:
         self, task: asyncio.Task[Principal], frame: Frame, version: str, beat: tuple[int, int]
     ) -> None:
         held, self._authenticating = self._authenticating, None
+        # retrieved even when the connection is gone: asyncio logs an exception never
+        # retrieved, with its traceback, and any client can cause one per wrong password
+        e = None if task.cancelled() else task.exception()
         if self.closed:
             return
-        if task.cancelled() or task.exception() is not None:
-            e = None if task.cancelled() else task.exception()
+        if task.cancelled() or e is not None:
             if not isinstance(e, AuthenticationError):
                 log.error("STOMP %s: login check failed: %r", self.link.peer, e)
             self.fail("authentication failed", str(e) if isinstance(e, AuthenticationError) else "")
