@@ -273,8 +273,10 @@ def test_the_hub_ending_the_link_never_dead_letters_the_sites_messages(run):
             # 3,000 after a few: the cuts after that would wait for entries that never come)
             for _ in range(8):  # what offer() does when a newer link replaces this one
                 await until(
-                    lambda: all_up()
-                    or (hub_side._link not in (None, ended[-1]) and bool(dial._entries)),
+                    lambda: (
+                        all_up()
+                        or (hub_side._link not in (None, ended[-1]) and bool(dial._entries))
+                    ),
                     5,
                 )
                 if all_up():
