@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("waystation.mqtt")
 R = ReasonCode
+LOGGED_REFUSALS = 10  # refused PUBLISHes logged at info per connection, the rest at debug
 _PUBACK = struct.Struct(">HH").pack  # (0x4002, packet id): PUBACK, success
 
 
@@ -56,11 +57,12 @@ class PublishIn:
     """Mixed into ``MqttSession``: what it needs is declared here."""
 
     # its own state (the session's other slots are MqttSession's: one base may have slots)
-    __slots__ = ("in_aliases", "_addresses", "_pub_address")
+    __slots__ = ("in_aliases", "_addresses", "_pub_address", "_refusals")
 
     in_aliases: dict[int, str]
     _addresses: dict[str, str | Exception]  # topic -> its address, or why it is refused
     _pub_address: str | None  # published to in this batch (``gate_batch``)
+    _refusals: int  # PUBLISHes refused on this connection (the first few are logged at info)
     _hold_out: list[bytes] | None
 
     engine: Engine
@@ -227,7 +229,12 @@ class PublishIn:
     def _refuse_publish(self, p: Publish, reason: int, text: str) -> None:
         """v5: the reason in PUBACK/PUBREC; 3.1.1 has none, so the message is dropped and
         acknowledged as usual [MQTT-3.3.5-2]; QoS 0 is dropped either way."""
-        log.info("MQTT %s: PUBLISH to %r refused: %s", self.link.peer, p.topic, text)
+        # a flood of refused publishes must not become a flood of log lines
+        self._refusals += 1
+        level = logging.INFO if self._refusals <= LOGGED_REFUSALS else logging.DEBUG
+        log.log(level, "MQTT %s: PUBLISH to %r refused: %s", self.link.peer, p.topic, text)
+        if self._refusals == LOGGED_REFUSALS:
+            log.info("MQTT %s: further refused PUBLISHes logged at debug", self.link.peer)
         if p.qos == 0:
             return
         assert p.packet_id is not None

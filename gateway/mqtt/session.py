@@ -147,6 +147,7 @@ class MqttSession(PublishIn, Deliveries):
         self.in_aliases = NO_ENTRIES
         self._addresses = NO_ENTRIES
         self._pub_address = None
+        self._refusals = 0
         self._held: list[Any] | None = None  # packets that came during the login check
         self._hold_out: list[bytes] | None = None  # writes held until a SUBACK goes out
         self._keepalive = 0.0
