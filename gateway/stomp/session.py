@@ -821,6 +821,9 @@ def _is_text(body: bytes) -> bool:
     return True
 
 
+MAX_HEARTBEAT_MS = 86_400_000  # one day: a larger heart-beat interval is lowered to it
+
+
 def _parse_heartbeat(value: str) -> tuple[int, int]:
     """The two intervals of a ``heart-beat`` header (StompError, naming the header, if it
     is not two integers >= 0)."""
@@ -836,7 +839,8 @@ def _parse_heartbeat(value: str) -> tuple[int, int]:
         raise StompError(
             "invalid heart-beat header", f"heart-beat {value[:100]!r}: negative interval"
         )
-    return cx, cy
+    # a longer interval means as good as none: kept within what a timer can hold
+    return min(cx, MAX_HEARTBEAT_MS), min(cy, MAX_HEARTBEAT_MS)
 
 
 def _int_value(what: str, value: str) -> int:

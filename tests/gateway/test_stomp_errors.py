@@ -317,3 +317,14 @@ def test_bad_heart_beat_is_refused_before_any_session_opens(tmp_path, beat):
         assert "internal error" not in n.log() and "Traceback" not in n.log()
     finally:
         n.stop()
+
+
+def test_a_huge_heart_beat_is_lowered_not_an_internal_error(node):
+    """A heart-beat of more digits than a float holds (found by the fuzzer: OverflowError
+    in the timer set-up, answered "internal error") is lowered to a day."""
+    r = RawStomp(node.stomp_port)
+    huge = "9" * 400
+    frame = r.connect("1.2", f"login:app\npasscode:secret\nheart-beat:{huge},{huge}\n")
+    assert frame.startswith(b"CONNECTED"), frame
+    r.close()
+    assert "internal error" not in node.log() and "Traceback" not in node.log()
