@@ -180,29 +180,32 @@ class Session:
     def check(self, permission: Permission, address: str) -> None:
         """NotAuthorized unless this session's principal holds ``permission`` there; for
         ``node::queue``, on every name it really reaches (``PostOffice.permission_targets``)."""
-        security = self.engine.security
         if NODE_SEPARATOR not in address:
-            security.check(self.principal, permission, address)
+            self.engine.security.check(self.principal, permission, address)
             return
-        for target in self._post_office().permission_targets(address):
-            if not security.allowed(self.principal, permission, target):
-                raise NotAuthorized(
-                    f"user {self.principal.name!r} may not {permission.value.replace('_', ' ')} "
-                    f"on {target!r} (where {address!r} goes)"
-                )
+        target = self._refused_target(permission, address)
+        if target is not None:
+            raise NotAuthorized(
+                f"user {self.principal.name!r} may not {permission.value.replace('_', ' ')} "
+                f"on {target!r} (where {address!r} goes)"
+            )
 
     def _check(self, permission: Permission, address: str) -> None:
         self.engine.security.check(self.principal, permission, address)
 
     def allowed(self, permission: Permission, address: str) -> bool:
         """Whether :meth:`check` passes."""
-        security = self.engine.security
         if NODE_SEPARATOR not in address:
-            return security.allowed(self.principal, permission, address)
-        return all(
-            security.allowed(self.principal, permission, target)
-            for target in self._post_office().permission_targets(address)
-        )
+            return self.engine.security.allowed(self.principal, permission, address)
+        return self._refused_target(permission, address) is None
+
+    def _refused_target(self, permission: Permission, address: str) -> str | None:
+        """The first name ``node::queue`` really reaches that ``permission`` is not held on."""
+        security = self.engine.security
+        for target in self._post_office().permission_targets(address):
+            if not security.allowed(self.principal, permission, target):
+                return target
+        return None
 
     def lookup_queue(self, name: str) -> QueueInfo | None:
         q = self.engine.queue(name)
